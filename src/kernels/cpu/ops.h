@@ -1,0 +1,104 @@
+// CPU kernels used by the model forward pass. Every op has a plain scalar reference (`*_ref`,
+// the test oracle) and a dispatching fast version (AVX2/FMA/F16C when the CPU has them, chosen at
+// run time). Model code calls only the functions in this header.
+//
+// Batch invariance (docs/design.md): the result for one token never depends on how many other
+// tokens are in the call, on their values, or on the thread count. Reductions run in a fixed order
+// per output element.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace pagellm::kernels {
+
+// A weight matrix in GGUF layout: `rows` rows of `cols` elements; each row is contiguous and
+// stored in `type` (F32, F16, BF16, Q8_0 or Q4_0; quantized rows are cols/32 blocks).
+// In ggml terms: ne[0] = cols, ne[1] = rows.
+struct WeightView {
+  GgmlType type = GgmlType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+  int64_t row_bytes() const { return row_size_bytes(type, cols); }
+};
+
+// ---- dequantization (block formulas of ggml-common.h) -------------------------------------
+// q4_0: x[j] = d * ((qs[j] & 0xF) - 8), x[j+16] = d * ((qs[j] >> 4) - 8), j in [0,16).
+// q8_0: x[j] = d * qs[j].
+// out: [cols] f32.
+void dequantize_row(GgmlType type, const void* row, int64_t cols, float* out);
+// Reference quantizers (round to nearest, as ggml's quantize_row_*_ref): n % 32 == 0.
+void quantize_row_q8_0(const float* x, int64_t n, void* out);
+void quantize_row_q4_0(const float* x, int64_t n, void* out);
+
+// ---- matmul ------------------------------------------------------------------------------
+// y[t, r] = sum_c w[r, c] * x[t, c].
+//   x: [num_tokens, w.cols] f32, row-major.   y: [num_tokens, w.rows] f32, row-major.
+// pool may be nullptr (single-threaded).
+void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool);
+void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y);
+
+// ---- element-wise / row ops --------------------------------------------------------------
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i], i in [0, n). out may alias x.
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
+void rms_norm_ref(const float* x, const float* weight, int64_t n, float eps, float* out);
+
+// RoPE as ggml applies it to llama tensors (GGML_ROPE_TYPE_NORM, adjacent pairs), in place.
+//   x: [num_heads, head_dim] for one token at position `pos`.
+//   For i in [0, n_dims/2): theta = pos * freq_base^(-2i/n_dims);
+//   (x[2i], x[2i+1]) <- (x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos). Dims >= n_dims untouched.
+// Source: Su et al. 2021 (RoFormer), ggml/src/ggml-cpu/ops.cpp rope_f32.
+void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, int64_t pos, float freq_base);
+void rope_ref(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, int64_t pos, float freq_base);
+
+// SwiGLU gate: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void silu_mul_ref(const float* gate, const float* up, int64_t n, float* out);
+
+// In-place numerically stable softmax over x[0, n).
+void softmax(float* x, int64_t n);
+void softmax_ref(float* x, int64_t n);
+
+// ---- paged attention ---------------------------------------------------------------------
+// One layer of the paged KV cache. Token slot s (= block_id * block_size + offset) holds
+//   k: [num_kv_heads, head_dim] at k + s * num_kv_heads * head_dim (elements of `dtype`), same for v.
+// dtype is F32 or F16.
+struct KvLayerView {
+  GgmlType dtype = GgmlType::F32;
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t num_slots = 0;  // num_blocks * block_size
+  int64_t block_size = 16;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Writes k, v ([num_tokens, num_kv_heads * head_dim] f32) into the slots slot_mapping[num_tokens].
+// Precondition: every slot < num_slots (asserted).
+void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens);
+
+// Causal attention through block tables, for a flat batch of num_seqs sequences.
+//   q:               [num_tokens, num_heads, head_dim] f32 (RoPE applied)
+//   query_start_loc: [num_seqs + 1]; tokens of sequence s are [query_start_loc[s], query_start_loc[s+1])
+//   positions:       [num_tokens]; token i attends to positions [0, positions[i]] of its sequence,
+//                    whose K/V must already be in the cache (write_kv first)
+//   block_tables:    [num_seqs, max_blocks_per_seq] physical block ids, row-major
+//   out:             [num_tokens, num_heads, head_dim] f32
+// GQA: query head h reads kv head h / (num_heads / num_kv_heads). scale is usually 1/sqrt(head_dim).
+// Reduction order over key positions is 0..pos for every token, independent of the batch.
+struct AttentionBatch {
+  const int64_t* query_start_loc = nullptr;
+  const int64_t* positions = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t num_seqs = 0;
+  int64_t max_blocks_per_seq = 0;
+};
+void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
+                     float scale, float* out, ThreadPool* pool);
+void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
+                         float scale, float* out);
+
+}  // namespace pagellm::kernels
