@@ -1,0 +1,183 @@
+// Loading: GGUF metadata -> TokenizerConfig -> Tokenizer, with llama.cpp's defaults and
+// load-time fix-ups (llama_vocab::impl::load in src/llama-vocab.cpp).
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <utility>
+
+#include "core/error.h"
+#include "format/gguf.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/special_tokens.h"
+#include "tokenizer/spm.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace pagellm {
+
+namespace {
+
+std::optional<int64_t> opt_id(const GgufFile& f, const std::string& key) {
+  if (f.find(key) == nullptr) return std::nullopt;
+  return f.get_i64(key);
+}
+
+std::optional<bool> opt_bool(const GgufFile& f, const std::string& key) {
+  if (f.find(key) == nullptr) return std::nullopt;
+  return f.get_bool(key);
+}
+
+// Texts llama.cpp treats as end-of-generation (and forces to control type).
+constexpr std::array<std::string_view, 22> kEogTexts = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~["};
+
+// FIM-looking texts llama.cpp forces to control type; pad/repo/file-sep ones are also EOG.
+constexpr std::array<std::string_view, 18> kFimTexts = {
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+    "<PRE>", "\xE2\x96\x81<PRE>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+    "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "<SUF>", "\xE2\x96\x81<SUF>", "<|fim_middle|>",
+    "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>",
+    "\xE2\x96\x81<MID>"};
+constexpr std::array<std::string_view, 11> kFimEogTexts = {
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
+    "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"};
+
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
+  TokenizerConfig c;
+  c.model = f.get_string("tokenizer.ggml.model");
+  c.pre = f.get_string_opt("tokenizer.ggml.pre");
+  c.tokens = f.get_string_array("tokenizer.ggml.tokens");
+  if (f.find("tokenizer.ggml.scores")) c.scores = f.get_f32_array("tokenizer.ggml.scores");
+  if (f.find("tokenizer.ggml.token_type")) c.token_types = f.get_int_array("tokenizer.ggml.token_type");
+  if (f.find("tokenizer.ggml.merges")) c.merges = f.get_string_array("tokenizer.ggml.merges");
+  c.bos_id = opt_id(f, "tokenizer.ggml.bos_token_id");
+  c.eos_id = opt_id(f, "tokenizer.ggml.eos_token_id");
+  c.eot_id = opt_id(f, "tokenizer.ggml.eot_token_id");
+  c.eom_id = opt_id(f, "tokenizer.ggml.eom_token_id");
+  c.unk_id = opt_id(f, "tokenizer.ggml.unknown_token_id");
+  c.pad_id = opt_id(f, "tokenizer.ggml.padding_token_id");
+  c.fim_pad_id = opt_id(f, "tokenizer.ggml.fim_pad_token_id");
+  c.fim_rep_id = opt_id(f, "tokenizer.ggml.fim_rep_token_id");
+  c.fim_sep_id = opt_id(f, "tokenizer.ggml.fim_sep_token_id");
+  c.add_bos = opt_bool(f, "tokenizer.ggml.add_bos_token");
+  c.add_eos = opt_bool(f, "tokenizer.ggml.add_eos_token");
+  c.add_space_prefix = opt_bool(f, "tokenizer.ggml.add_space_prefix");
+  c.model_name = f.get_string_opt("general.name").value_or("");
+  return from_config(std::move(c));
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_config(TokenizerConfig config) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  t->init(config);
+  return t;
+}
+
+Tokenizer::~Tokenizer() = default;
+
+void Tokenizer::init(TokenizerConfig& c) {
+  const bool spm = c.model == "llama";
+  if (!spm && c.model != "gpt2") {
+    throw Error("tokenizer.ggml.model = '" + c.model + "' is not supported (expected 'llama' or 'gpt2')");
+  }
+  const size_t n = c.tokens.size();
+  if (n == 0) throw Error("tokenizer.ggml.tokens is empty");
+  if (n > static_cast<size_t>(INT32_MAX)) throw Error("tokenizer.ggml.tokens has too many entries");
+  if (!c.scores.empty() && c.scores.size() < n) {
+    throw Error("tokenizer.ggml.scores has " + std::to_string(c.scores.size()) + " entries for " +
+                std::to_string(n) + " tokens");
+  }
+  if (!c.token_types.empty() && c.token_types.size() < n) {
+    throw Error("tokenizer.ggml.token_type has " + std::to_string(c.token_types.size()) + " entries for " +
+                std::to_string(n) + " tokens");
+  }
+  std::vector<uint32_t> attrs(n, token_attr::kNormal);
+  if (!c.token_types.empty()) {
+    for (size_t i = 0; i < n; ++i) attrs[i] = token_type_to_attr(c.token_types[i]);
+  }
+  vocab_ = std::make_unique<Vocab>(std::move(c.tokens), std::move(c.scores), std::move(attrs));
+
+  if (spm) {
+    add_space_prefix_ = c.add_space_prefix.value_or(true);
+    add_bos_ = true;
+    clean_spaces_ = false;
+  } else {
+    const std::string pre = c.pre.value_or("");
+    if (!find_pre_tokenizer_spec(pre, &pre_spec_)) {
+      throw Error("tokenizer.ggml.pre = '" + pre + "' is not a supported pre-tokenizer");
+    }
+    if (c.merges.empty()) throw Error("tokenizer.ggml.merges is missing for tokenizer.ggml.model = 'gpt2'");
+    add_space_prefix_ = c.add_space_prefix.value_or(false);
+    add_bos_ = pre_spec_.add_bos;
+    clean_spaces_ = pre_spec_.clean_spaces;
+    pre_ = std::make_unique<PreTokenizer>(pre_spec_.regexes);
+    bpe_ = std::make_unique<BpeTokenizer>(*vocab_, c.merges, pre_spec_.ignore_merges);
+  }
+  add_eos_ = false;
+  if (c.add_bos) add_bos_ = *c.add_bos;
+  if (c.add_eos) add_eos_ = *c.add_eos;
+
+  resolve_special_ids(c);
+  apply_attr_fixups(c);
+  if (add_bos_ && bos_id_ < 0) throw Error("tokenizer.ggml.add_bos_token is true but there is no BOS token");
+  if (add_eos_ && eos_id_ < 0) throw Error("tokenizer.ggml.add_eos_token is true but there is no EOS token");
+  if (spm) spm_ = std::make_unique<SpmTokenizer>(*vocab_, unk_id_);
+  specials_ = std::make_unique<SpecialTokenSplitter>(*vocab_);
+}
+
+// llama.cpp defaults: llama -> BOS 1, EOS 2, UNK 0; gpt2 -> BOS = EOS = 11 (GPT-2's historic
+// default), no UNK. A default outside the vocab is disabled; a key outside the vocab is ignored.
+void Tokenizer::resolve_special_ids(const TokenizerConfig& c) {
+  const int32_t n = vocab_->size();
+  auto resolve = [&](int32_t dflt, const std::optional<int64_t>& key) -> int32_t {
+    int32_t id = dflt >= 0 && dflt < n ? dflt : -1;
+    if (key && *key >= 0 && *key < n) id = static_cast<int32_t>(*key);
+    return id;
+  };
+  const bool spm = c.model == "llama";
+  bos_id_ = resolve(spm ? 1 : 11, c.bos_id);
+  eos_id_ = resolve(spm ? 2 : 11, c.eos_id);
+  unk_id_ = resolve(spm ? 0 : -1, c.unk_id);
+  for (const auto& key : {c.eot_id, c.eom_id, c.fim_pad_id, c.fim_rep_id, c.fim_sep_id}) {
+    const int32_t id = resolve(-1, key);
+    if (id >= 0) eog_ids_.insert(id);
+  }
+  if (eos_id_ >= 0) eog_ids_.insert(eos_id_);
+}
+
+// Text-based fix-ups llama.cpp applies because GGUF files lack per-token attributes: EOG- and
+// FIM-looking tokens become control (EOG ones join the EOG set), and Phi-3 special tokens eat
+// the whitespace to their right.
+void Tokenizer::apply_attr_fixups(const TokenizerConfig& c) {
+  for (int32_t id = 0; id < vocab_->size(); ++id) {
+    const std::string& text = vocab_->text(id);
+    if (text.size() < 3 || text.size() > 40) continue;
+    const bool eog = std::find(kEogTexts.begin(), kEogTexts.end(), text) != kEogTexts.end() ||
+                     std::find(kFimEogTexts.begin(), kFimEogTexts.end(), text) != kFimEogTexts.end();
+    const bool fim = std::find(kFimTexts.begin(), kFimTexts.end(), text) != kFimTexts.end();
+    if (eog) eog_ids_.insert(id);
+    if (eog || fim) vocab_->add_attr(id, token_attr::kControl);
+  }
+  std::string name = c.model_name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char x) { return std::tolower(x); });
+  if (contains(name, "phi-3") || contains(name, "phi3")) {
+    constexpr uint32_t kSpecial = token_attr::kControl | token_attr::kUserDefined | token_attr::kUnknown;
+    for (int32_t id = 0; id < vocab_->size(); ++id) {
+      if (vocab_->has_attr(id, kSpecial)) vocab_->add_attr(id, token_attr::kRstrip);
+    }
+    if (int32_t id = vocab_->find("</s>"); id >= 0) vocab_->add_attr(id, token_attr::kRstrip);
+    for (std::string_view t : {"<unk>", "<s>", "<|endoftext|>"}) {
+      if (int32_t id = vocab_->find(t); id >= 0) vocab_->clear_attr(id, token_attr::kRstrip);
+    }
+  }
+}
+
+}  // namespace pagellm
