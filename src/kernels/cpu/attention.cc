@@ -1,0 +1,187 @@
+// write_kv and causal paged attention over a block table (vLLM's PagedAttention, Kwon et al.
+// 2023), with the math of llama.cpp's non-flash attention path:
+//   s_j = (q . k_j) * scale, j in [0, pos];  p = softmax(s) (max subtracted, sum in double,
+//   p_j *= (float)(1 / sum));  out = sum_j p_j v_j, j ascending.
+//
+// Key j of sequence s lives in slot  block_tables[s, j / block_size] * block_size + j % block_size.
+// Example: block_size 16, block table [7, 2]: key 20 -> block 2, offset 4 -> slot 36.
+//
+// Every (token, head) pair is computed alone, keys in order 0..pos, so results do not depend on
+// the batch or the threads; pairs are dealt to threads round-robin (causal rows differ in length).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/ops.h"
+
+namespace pagellm::kernels {
+namespace {
+
+void check_kv(const KvLayerView& kv) {
+  PAGELLM_CHECK(kv.dtype == GgmlType::F32 || kv.dtype == GgmlType::F16, "kv dtype " + type_name(kv.dtype));
+  PAGELLM_CHECK(kv.block_size > 0 && kv.num_kv_heads > 0 && kv.head_dim > 0 && kv.num_slots >= 0,
+                "kv shape: block_size " + std::to_string(kv.block_size) + " num_kv_heads " +
+                    std::to_string(kv.num_kv_heads) + " head_dim " + std::to_string(kv.head_dim));
+}
+
+int64_t elem_bytes(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
+
+// One attention problem: query head `q` against kv head `kvh` of keys [0, pos] of one sequence.
+struct Problem {
+  const float* q;            // [head_dim]
+  const int32_t* table;      // [max_blocks_per_seq]
+  int64_t pos;
+  int64_t kvh;
+  float* out;                // [head_dim]
+};
+
+// Slot of key j; checks the block id against the cache size.
+int64_t slot_of(const KvLayerView& kv, const int32_t* table, int64_t j) {
+  const int64_t block = table[j / kv.block_size];
+  const int64_t slot = block * kv.block_size + j % kv.block_size;
+  PAGELLM_CHECK(block >= 0 && slot < kv.num_slots, "block id " + std::to_string(block) + " for key " +
+                                                       std::to_string(j) + ", num_slots " + std::to_string(kv.num_slots));
+  return slot;
+}
+
+template <bool kSimd>
+void attend(const KvLayerView& kv, const Problem& p, float scale, std::vector<float>& scores) {
+  const int64_t hd = kv.head_dim;
+  const int64_t row = kv.num_kv_heads * hd;  // elements per slot
+  const bool f16 = kv.dtype == GgmlType::F16;
+  const int64_t eb = elem_bytes(kv.dtype);
+  const auto* kbase = static_cast<const uint8_t*>(kv.k);
+  const auto* vbase = static_cast<const uint8_t*>(kv.v);
+  const int64_t n = p.pos + 1;
+  scores.resize(static_cast<size_t>(n));
+
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t off = (slot_of(kv, p.table, j) * row + p.kvh * hd) * eb;
+    float d;
+    if constexpr (kSimd) {
+      d = f16 ? avx2::dot_f16(reinterpret_cast<const uint16_t*>(kbase + off), p.q, hd)
+              : avx2::dot_f32(reinterpret_cast<const float*>(kbase + off), p.q, hd);
+    } else {
+      d = f16 ? ref::dot_f16(reinterpret_cast<const uint16_t*>(kbase + off), p.q, hd)
+              : ref::dot_f32(reinterpret_cast<const float*>(kbase + off), p.q, hd);
+    }
+    scores[j] = d * scale;
+    max = std::fmax(max, scores[j]);
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - max);
+    sum += static_cast<double>(scores[j]);
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  std::fill(p.out, p.out + hd, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const float a = scores[j] * inv;
+    const uint8_t* v = vbase + (slot_of(kv, p.table, j) * row + p.kvh * hd) * eb;
+    if constexpr (kSimd) {
+      if (f16) {
+        avx2::axpy_f16(a, reinterpret_cast<const uint16_t*>(v), p.out, hd);
+      } else {
+        avx2::axpy_f32(a, reinterpret_cast<const float*>(v), p.out, hd);
+      }
+    } else {
+      for (int64_t i = 0; i < hd; ++i) {
+        const float vi = f16 ? fp16_to_fp32(reinterpret_cast<const uint16_t*>(v)[i])
+                             : reinterpret_cast<const float*>(v)[i];
+        p.out[i] += a * vi;
+      }
+    }
+  }
+}
+
+// Sequence index of every token, with the shape checks of the batch.
+std::vector<int32_t> seq_of_tokens(const KvLayerView& kv, const AttentionBatch& b, int64_t* num_tokens) {
+  PAGELLM_CHECK(b.num_seqs >= 0 && b.query_start_loc[0] == 0, "query_start_loc[0] must be 0");
+  *num_tokens = b.query_start_loc[b.num_seqs];
+  std::vector<int32_t> seq(static_cast<size_t>(*num_tokens));
+  for (int64_t s = 0; s < b.num_seqs; ++s) {
+    PAGELLM_CHECK(b.query_start_loc[s] <= b.query_start_loc[s + 1], "query_start_loc not ascending at " + std::to_string(s));
+    for (int64_t t = b.query_start_loc[s]; t < b.query_start_loc[s + 1]; ++t) {
+      PAGELLM_CHECK(b.positions[t] >= 0 && b.positions[t] < b.max_blocks_per_seq * kv.block_size,
+                    "position " + std::to_string(b.positions[t]) + " of token " + std::to_string(t));
+      seq[t] = static_cast<int32_t>(s);
+    }
+  }
+  return seq;
+}
+
+template <bool kSimd>
+void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch& b, int64_t num_heads, float scale,
+                    float* out, ThreadPool* pool) {
+  check_kv(kv);
+  PAGELLM_CHECK(num_heads > 0 && num_heads % kv.num_kv_heads == 0,
+                "num_heads " + std::to_string(num_heads) + " num_kv_heads " + std::to_string(kv.num_kv_heads));
+  int64_t num_tokens = 0;
+  const std::vector<int32_t> seq = seq_of_tokens(kv, b, &num_tokens);
+  const int64_t group = num_heads / kv.num_kv_heads;
+  const int64_t hd = kv.head_dim;
+  const int64_t num_pairs = num_tokens * num_heads;
+  auto work = [&](int thread, int num_threads) {
+    std::vector<float> scores;
+    for (int64_t i = thread; i < num_pairs; i += num_threads) {
+      const int64_t t = i / num_heads, h = i % num_heads;
+      const Problem p{q + (t * num_heads + h) * hd, b.block_tables + seq[t] * b.max_blocks_per_seq, b.positions[t],
+                      h / group, out + (t * num_heads + h) * hd};
+      attend<kSimd>(kv, p, scale, scores);
+    }
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || num_pairs < 2) {
+    work(0, 1);
+  } else {
+    pool->run(work);
+  }
+}
+
+}  // namespace
+
+void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens) {
+  check_kv(kv);
+  const int64_t row = kv.num_kv_heads * kv.head_dim;
+  const int64_t eb = elem_bytes(kv.dtype);
+  const bool simd = use_avx2();
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    PAGELLM_CHECK(slot >= 0 && slot < kv.num_slots,
+                  "slot " + std::to_string(slot) + " of token " + std::to_string(t) + ", num_slots " + std::to_string(kv.num_slots));
+    for (int which = 0; which < 2; ++which) {
+      const float* src = (which == 0 ? k : v) + t * row;
+      uint8_t* dst = static_cast<uint8_t*>(which == 0 ? kv.k : kv.v) + slot * row * eb;
+      if (kv.dtype == GgmlType::F32) {
+        std::memcpy(dst, src, static_cast<size_t>(row) * sizeof(float));
+      } else if (simd) {
+        avx2::convert_f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), row);
+      } else {
+        auto* h = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t i = 0; i < row; ++i) h[i] = fp32_to_fp16(src[i]);
+      }
+    }
+  }
+}
+
+void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads, float scale,
+                     float* out, ThreadPool* pool) {
+  if (use_avx2()) {
+    attention_impl<true>(q, kv, batch, num_heads, scale, out, pool);
+  } else {
+    attention_impl<false>(q, kv, batch, num_heads, scale, out, pool);
+  }
+}
+
+void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
+                         float scale, float* out) {
+  attention_impl<false>(q, kv, batch, num_heads, scale, out, nullptr);
+}
+
+}  // namespace pagellm::kernels

@@ -1,0 +1,34 @@
+#include "kernels/cpu/cpu_features.h"
+
+#include <atomic>
+#include <cstdlib>
+
+namespace pagellm::kernels {
+namespace {
+
+bool probe_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool>& simd_enabled() {
+  static std::atomic<bool> enabled{std::getenv("PAGELLM_NO_AVX2") == nullptr};
+  return enabled;
+}
+
+}  // namespace
+
+bool cpu_has_avx2() {
+  static const bool has = probe_avx2();
+  return has;
+}
+
+bool use_avx2() { return cpu_has_avx2() && simd_enabled().load(std::memory_order_relaxed); }
+
+void set_simd_enabled(bool enabled) { simd_enabled().store(enabled, std::memory_order_relaxed); }
+
+}  // namespace pagellm::kernels

@@ -1,0 +1,17 @@
+// Run-time CPU feature dispatch for the kernels in this folder.
+//
+// Files named *_avx2.cc are compiled with -mavx2 -mfma -mf16c (CMakeLists.txt); everything else
+// targets baseline x86-64. A fast op enters an *_avx2.cc function only when use_avx2() is true.
+#pragma once
+
+namespace pagellm::kernels {
+
+// True when this CPU has AVX2, FMA and F16C (probed once).
+bool cpu_has_avx2();
+
+// cpu_has_avx2() unless SIMD was switched off with set_simd_enabled(false) (tests use this to
+// exercise the scalar fallbacks) or the environment variable PAGELLM_NO_AVX2 is set at start-up.
+bool use_avx2();
+void set_simd_enabled(bool enabled);
+
+}  // namespace pagellm::kernels

@@ -1,0 +1,56 @@
+// Internal to src/kernels/cpu: the per-row building blocks shared by the ops, in two flavours.
+//   ref::   plain C++, the test oracles and the fallback on CPUs without AVX2.
+//   avx2::  defined only in *_avx2.cc; call only when use_avx2() (cpu_features.h) is true.
+// No intrinsic types appear here, so this header is safe for baseline translation units.
+//
+// Batch invariance: every function computes each output from its own inputs with a fixed
+// instruction sequence; none depends on neighbouring rows, tokens or threads.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagellm::kernels {
+
+namespace ref {
+// Dot products of one weight row with one activation row; n = number of elements.
+// Float rows accumulate in double (as ggml's scalar ggml_vec_dot_f32).
+float dot_f32(const float* w, const float* x, int64_t n);
+float dot_f16(const uint16_t* w, const float* x, int64_t n);
+float dot_bf16(const uint16_t* w, const float* x, int64_t n);
+// Quantized rows against an activation row already quantized to q8_0 (nb = n / 32 blocks):
+// per block an exact integer sum isum, then sum += isum * (d_w * d_x) in float, blocks in order
+// (ggml_vec_dot_q8_0_q8_0 / ggml_vec_dot_q4_0_q8_0 generic).
+float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
+float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
+}  // namespace ref
+
+namespace avx2 {
+// Same contracts as ref::, float accumulation in 8-lane vectors (re-associated sums).
+float dot_f32(const float* w, const float* x, int64_t n);
+float dot_f16(const uint16_t* w, const float* x, int64_t n);
+float dot_bf16(const uint16_t* w, const float* x, int64_t n);
+float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
+float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
+
+// Tiles of one weight row against m activation rows (1 <= m <= kMaxTileTokens); token k's row
+// starts at x + k * x_stride (elements; blocks for q8_0). out[k] is bit-identical to the
+// single-row function above applied to token k: each token runs the same instruction sequence,
+// only the weight loads are shared.
+constexpr int kMaxTileTokens = 4;
+void dot_f32_tile(const float* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
+void dot_f16_tile(const uint16_t* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
+void dot_bf16_tile(const uint16_t* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
+void dot_q8_0_q8_0_tile(const BlockQ8_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nb, int m, float* out);
+void dot_q4_0_q8_0_tile(const BlockQ4_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nb, int m, float* out);
+
+// Attention helpers (q . k uses dot_f32 / dot_f16 above with w = k). v rows are f32 or f16.
+// acc[i] += a * v[i], i in [0, n), one fused multiply-add per element.
+void axpy_f32(float a, const float* v, float* acc, int64_t n);
+void axpy_f16(float a, const uint16_t* v, float* acc, int64_t n);
+// out[i] = half(x[i]), round to nearest even (bit-identical to fp32_to_fp16).
+void convert_f32_to_f16(const float* x, uint16_t* out, int64_t n);
+}  // namespace avx2
+
+}  // namespace pagellm::kernels

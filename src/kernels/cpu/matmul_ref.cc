@@ -1,0 +1,93 @@
+// Reference matmul: plain loops, the oracle for matmul() and its fallback without AVX2.
+// Float weights: one dot product per (token, row) accumulated in double.
+// Quantized weights (q8_0, q4_0): the activation row is first quantized to q8_0 (as llama.cpp's
+// CPU backend does: vec_dot_type of q4_0/q8_0 is q8_0), then per block an exact integer sum,
+// scaled by d_w * d_x and accumulated in float (ggml_vec_dot_q*_0_q8_0, generic version).
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/ops.h"
+
+namespace pagellm::kernels {
+namespace ref {
+
+float dot_f32(const float* w, const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(w[i]) * x[i];
+  return static_cast<float>(s);
+}
+
+float dot_f16(const uint16_t* w, const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(fp16_to_fp32(w[i])) * x[i];
+  return static_cast<float>(s);
+}
+
+float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(bf16_to_fp32(w[i])) * x[i];
+  return static_cast<float>(s);
+}
+
+float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t isum = 0;
+    for (int j = 0; j < kQK8_0; ++j) isum += static_cast<int32_t>(w[b].qs[j]) * x[b].qs[j];
+    s += static_cast<float>(isum) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+  }
+  return s;
+}
+
+float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t isum = 0;
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      isum += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
+      isum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + kQK4_0 / 2];
+    }
+    s += static_cast<float>(isum) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+  }
+  return s;
+}
+
+}  // namespace ref
+
+void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t rb = w.row_bytes();
+  if (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0) {
+    const int64_t nb = cols / kQK8_0;
+    std::vector<BlockQ8_0> xq(static_cast<size_t>(nb));
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      quantize_row_q8_0(x + t * cols, cols, xq.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const void* wr = base + r * rb;
+        y[t * rows + r] = w.type == GgmlType::Q8_0
+                              ? ref::dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(wr), xq.data(), nb)
+                              : ref::dot_q4_0_q8_0(static_cast<const BlockQ4_0*>(wr), xq.data(), nb);
+      }
+    }
+    return;
+  }
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const void* wr = base + r * rb;
+      const float* xt = x + t * cols;
+      float v = 0.0f;
+      switch (w.type) {
+        case GgmlType::F32: v = ref::dot_f32(static_cast<const float*>(wr), xt, cols); break;
+        case GgmlType::F16: v = ref::dot_f16(static_cast<const uint16_t*>(wr), xt, cols); break;
+        case GgmlType::BF16: v = ref::dot_bf16(static_cast<const uint16_t*>(wr), xt, cols); break;
+        default: PAGELLM_CHECK(false, "matmul_ref: unsupported weight type " + type_name(w.type));
+      }
+      y[t * rows + r] = v;
+    }
+  }
+}
+
+}  // namespace pagellm::kernels

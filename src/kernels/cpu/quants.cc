@@ -1,0 +1,97 @@
+// Dequantization and reference quantization of ggml block formats.
+// Source: ggml/src/ggml-common.h (block layouts), ggml/src/ggml-quants.c
+// (quantize_row_q8_0_ref, quantize_row_q4_0_ref, dequantize_row_*): same formulas, own code.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cpu/ops.h"
+
+namespace pagellm::kernels {
+
+void dequantize_row(GgmlType type, const void* row, int64_t cols, float* out) {
+  switch (type) {
+    case GgmlType::F32:
+      std::memcpy(out, row, static_cast<size_t>(cols) * sizeof(float));
+      return;
+    case GgmlType::F16: {
+      const auto* h = static_cast<const uint16_t*>(row);
+      for (int64_t i = 0; i < cols; ++i) out[i] = fp16_to_fp32(h[i]);
+      return;
+    }
+    case GgmlType::BF16: {
+      const auto* h = static_cast<const uint16_t*>(row);
+      for (int64_t i = 0; i < cols; ++i) out[i] = bf16_to_fp32(h[i]);
+      return;
+    }
+    case GgmlType::Q8_0: {
+      PAGELLM_CHECK(cols % kQK8_0 == 0, "q8_0 row of " + std::to_string(cols));
+      const auto* b = static_cast<const BlockQ8_0*>(row);
+      for (int64_t i = 0; i < cols / kQK8_0; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < kQK8_0; ++j) out[i * kQK8_0 + j] = d * b[i].qs[j];
+      }
+      return;
+    }
+    case GgmlType::Q4_0: {
+      PAGELLM_CHECK(cols % kQK4_0 == 0, "q4_0 row of " + std::to_string(cols));
+      const auto* b = static_cast<const BlockQ4_0*>(row);
+      for (int64_t i = 0; i < cols / kQK4_0; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        float* o = out + i * kQK4_0;
+        for (int j = 0; j < kQK4_0 / 2; ++j) {
+          o[j] = d * ((b[i].qs[j] & 0x0F) - 8);
+          o[j + kQK4_0 / 2] = d * ((b[i].qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  PAGELLM_CHECK(false, "dequantize_row: unsupported type " + type_name(type));
+}
+
+void quantize_row_q8_0(const float* x, int64_t n, void* out) {
+  PAGELLM_CHECK(n % kQK8_0 == 0, "q8_0 row of " + std::to_string(n));
+  auto* y = static_cast<BlockQ8_0*>(out);
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float* xb = x + i * kQK8_0;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK8_0; ++j) y[i].qs[j] = static_cast<int8_t>(std::roundf(xb[j] * id));
+  }
+}
+
+void quantize_row_q4_0(const float* x, int64_t n, void* out) {
+  PAGELLM_CHECK(n % kQK4_0 == 0, "q4_0 row of " + std::to_string(n));
+  auto* y = static_cast<BlockQ4_0*>(out);
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const float* xb = x + i * kQK4_0;
+    // The signed value of largest magnitude (first one on ties) maps to -8.
+    float amax = 0.0f;
+    float vmax = 0.0f;
+    for (int j = 0; j < kQK4_0; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        vmax = xb[j];
+      }
+    }
+    const float d = vmax / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      // Truncation toward zero of v + 8.5 == round half up of v + 8 for v + 8.5 >= 0; clamp to 15.
+      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(xb[j] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(xb[j + kQK4_0 / 2] * id + 8.5f)));
+      y[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+}  // namespace pagellm::kernels

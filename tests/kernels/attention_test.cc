@@ -1,0 +1,221 @@
+// paged_attention: reference vs a dense causal attention over unpaged K/V (double precision),
+// fast vs reference, F32 and F16 caches, GQA, scrambled block tables, n_dims-style odd head
+// sizes; write_kv; batch and thread-count invariance as bit equality.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kernels_test_util.h"
+
+namespace pagellm::kernels {
+namespace {
+
+using testing::kEps;
+using testing::Rng;
+
+// A paged cache holding `seq_lens[s]` keys per sequence, plus the same K/V unpaged.
+struct Fixture {
+  GgmlType dtype;
+  int64_t num_kv_heads, head_dim, block_size, max_blocks;
+  std::vector<int64_t> seq_lens;
+  std::vector<uint8_t> k_cache, v_cache;
+  std::vector<int32_t> block_tables;            // [num_seqs, max_blocks]
+  std::vector<std::vector<float>> dense_k, dense_v;  // per seq: [len, num_kv_heads, head_dim], as stored
+  KvLayerView kv;
+
+  Fixture(GgmlType dt, int64_t nkv, int64_t hd, int64_t bs, std::vector<int64_t> lens, Rng& rng)
+      : dtype(dt), num_kv_heads(nkv), head_dim(hd), block_size(bs), seq_lens(std::move(lens)) {
+    max_blocks = 0;
+    int64_t total_blocks = 0;
+    for (int64_t len : seq_lens) {
+      max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
+      total_blocks += (len + bs - 1) / bs;
+    }
+    total_blocks += 3;  // spare blocks that no table uses
+    std::vector<int32_t> ids(total_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng.gen());
+    const int64_t row = nkv * hd, eb = dt == GgmlType::F32 ? 4 : 2;
+    k_cache.assign(total_blocks * bs * row * eb, 0xFF);  // garbage (NaN) in unused slots
+    v_cache.assign(total_blocks * bs * row * eb, 0xFF);
+    kv = KvLayerView{dt, k_cache.data(), v_cache.data(), total_blocks * bs, bs, nkv, hd};
+    block_tables.assign(seq_lens.size() * max_blocks, -1);
+    size_t next = 0;
+    for (size_t s = 0; s < seq_lens.size(); ++s) {
+      const int64_t len = seq_lens[s];
+      for (int64_t b = 0; b < (len + bs - 1) / bs; ++b) block_tables[s * max_blocks + b] = ids[next++];
+      std::vector<float> k = rng.vec(len * row), v = rng.vec(len * row);
+      std::vector<int64_t> slots(len);
+      for (int64_t j = 0; j < len; ++j) slots[j] = block_tables[s * max_blocks + j / bs] * bs + j % bs;
+      write_kv(kv, k.data(), v.data(), slots.data(), len);
+      if (dt == GgmlType::F16) {  // the dense copy holds what the cache holds
+        for (float& x : k) x = fp16_to_fp32(fp32_to_fp16(x));
+        for (float& x : v) x = fp16_to_fp32(fp32_to_fp16(x));
+      }
+      dense_k.push_back(std::move(k));
+      dense_v.push_back(std::move(v));
+    }
+  }
+};
+
+// A batch: for each sequence, the query tokens at positions [first_pos[s], seq_lens[s]).
+struct Batch {
+  std::vector<int64_t> query_start_loc, positions;
+  std::vector<int32_t> seq_of;
+  AttentionBatch view(const Fixture& f) const {
+    return AttentionBatch{query_start_loc.data(), positions.data(), f.block_tables.data(),
+                          static_cast<int64_t>(query_start_loc.size()) - 1, f.max_blocks};
+  }
+  int64_t num_tokens() const { return query_start_loc.back(); }
+};
+
+Batch make_batch(const Fixture& f, const std::vector<int64_t>& first_pos) {
+  Batch b;
+  b.query_start_loc.push_back(0);
+  for (size_t s = 0; s < first_pos.size(); ++s) {
+    for (int64_t p = first_pos[s]; p < f.seq_lens[s]; ++p) {
+      b.positions.push_back(p);
+      b.seq_of.push_back(static_cast<int32_t>(s));
+    }
+    b.query_start_loc.push_back(static_cast<int64_t>(b.positions.size()));
+  }
+  return b;
+}
+
+// Dense causal attention in double, from the unpaged copies.
+std::vector<double> dense_attention(const Fixture& f, const Batch& b, const float* q, int64_t num_heads, float scale) {
+  const int64_t hd = f.head_dim, group = num_heads / f.num_kv_heads, row = f.num_kv_heads * hd;
+  std::vector<double> out(b.num_tokens() * num_heads * hd, 0.0);
+  for (int64_t t = 0; t < b.num_tokens(); ++t) {
+    const auto& K = f.dense_k[b.seq_of[t]];
+    const auto& V = f.dense_v[b.seq_of[t]];
+    for (int64_t h = 0; h < num_heads; ++h) {
+      const float* qh = q + (t * num_heads + h) * hd;
+      const int64_t kvh = h / group, n = b.positions[t] + 1;
+      std::vector<double> s(n);
+      for (int64_t j = 0; j < n; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(qh[i]) * K[j * row + kvh * hd + i];
+        s[j] = d * scale;
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double& v : s) sum += (v = std::exp(v - mx));
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < hd; ++i) out[(t * num_heads + h) * hd + i] += s[j] / sum * V[j * row + kvh * hd + i];
+    }
+  }
+  return out;
+}
+
+struct AttnCase {
+  GgmlType dtype;
+  int64_t num_heads, num_kv_heads, head_dim, block_size;
+};
+
+class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+// Tolerance: scores are dots of head_dim terms of size ~1 (|q|,|k| <= 1): error <= head_dim eps
+// |q||k|-ish, absolute; scaled by 1/sqrt(hd) they move p by a relative ~ that much; the output is
+// a convex combination of |v| <= 1 values summed in float over up to 50 keys. 1e-5 absolute covers
+// (hd + keys) eps with margin for hd <= 128 and <= 50 keys.
+TEST_P(AttentionTest, RefMatchesDenseAndFastMatchesRef) {
+  const AttnCase c = GetParam();
+  Rng rng(static_cast<uint32_t>(c.head_dim * 31 + c.num_heads));
+  // seq 0: prefill of 17 tokens; seq 1: chunk of 3 tokens after 20 cached; seq 2: one decode token
+  // at position 49 (crosses several blocks); seq 3: a single first token.
+  Fixture f(c.dtype, c.num_kv_heads, c.head_dim, c.block_size, {17, 23, 50, 1}, rng);
+  const Batch b = make_batch(f, {0, 20, 49, 0});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const std::vector<float> q = rng.vec(b.num_tokens() * c.num_heads * c.head_dim);
+  const size_t n_out = q.size();
+  std::vector<float> ref(n_out), fast(n_out), fast_mt(n_out);
+  paged_attention_ref(q.data(), f.kv, b.view(f), c.num_heads, scale, ref.data());
+  paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, fast.data(), nullptr);
+  ThreadPool pool(3);
+  paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, fast_mt.data(), &pool);
+  EXPECT_EQ(std::memcmp(fast.data(), fast_mt.data(), n_out * 4), 0) << "thread count changed bits";
+  const std::vector<double> dense = dense_attention(f, b, q.data(), c.num_heads, scale);
+  for (size_t i = 0; i < n_out; ++i) {
+    ASSERT_NEAR(ref[i], dense[i], 1e-5) << i;
+    ASSERT_NEAR(fast[i], ref[i], 1e-5) << i;
+  }
+  {
+    testing::ScopedNoSimd no_simd;  // scalar fallback == reference
+    std::vector<float> scalar(n_out);
+    paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, scalar.data(), &pool);
+    EXPECT_EQ(std::memcmp(scalar.data(), ref.data(), n_out * 4), 0);
+  }
+}
+
+// Token (seq 2, position 30) gives the same bits alone, inside a mixed batch, and with 1-3 threads.
+TEST_P(AttentionTest, BatchAndThreadInvariance) {
+  const AttnCase c = GetParam();
+  Rng rng(77);
+  Fixture f(c.dtype, c.num_kv_heads, c.head_dim, c.block_size, {9, 40, 31}, rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int64_t per_token = c.num_heads * c.head_dim;
+  const std::vector<float> probe = rng.vec(per_token);
+
+  Batch solo = make_batch(f, {9, 40, 30});  // only seq 2's last token
+  std::vector<float> out_solo(per_token);
+  paged_attention(probe.data(), f.kv, solo.view(f), c.num_heads, scale, out_solo.data(), nullptr);
+
+  ThreadPool pool2(2), pool3(3);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+    for (const std::vector<int64_t>& first : {std::vector<int64_t>{0, 38, 30}, std::vector<int64_t>{5, 0, 27}}) {
+      const Batch b = make_batch(f, first);
+      std::vector<float> q = rng.vec(b.num_tokens() * per_token);
+      const int64_t at = b.num_tokens() - 1;  // seq 2's token at position 30 is the last one
+      ASSERT_EQ(b.positions[at], 30);
+      std::memcpy(q.data() + at * per_token, probe.data(), per_token * 4);
+      std::vector<float> out(q.size());
+      paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, out.data(), pool);
+      ASSERT_EQ(std::memcmp(out.data() + at * per_token, out_solo.data(), per_token * 4), 0)
+          << "batch of " << b.num_tokens();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Values(AttnCase{GgmlType::F32, 4, 4, 8, 4}, AttnCase{GgmlType::F32, 8, 2, 64, 16},
+                      AttnCase{GgmlType::F32, 6, 3, 80, 16}, AttnCase{GgmlType::F32, 4, 1, 128, 16},
+                      AttnCase{GgmlType::F16, 4, 4, 8, 4}, AttnCase{GgmlType::F16, 8, 2, 64, 16},
+                      AttnCase{GgmlType::F16, 6, 3, 80, 16}, AttnCase{GgmlType::F16, 4, 1, 128, 16},
+                      AttnCase{GgmlType::F32, 2, 2, 20, 3}),
+    [](const ::testing::TestParamInfo<AttnCase>& info) {
+      const AttnCase& c = info.param;
+      return type_name(c.dtype) + "_h" + std::to_string(c.num_heads) + "_kv" + std::to_string(c.num_kv_heads) + "_d" +
+             std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size);
+    });
+
+TEST(WriteKv, F16IsRoundToNearestEvenAndSlotsAreExact) {
+  Rng rng(5);
+  const int64_t nkv = 2, hd = 37, row = nkv * hd, num_slots = 12;
+  std::vector<uint16_t> k(num_slots * row, 0), v(num_slots * row, 0);
+  KvLayerView kv{GgmlType::F16, k.data(), v.data(), num_slots, 4, nkv, hd};
+  std::vector<float> src_k = rng.vec(3 * row, -70000.0f, 70000.0f), src_v = rng.vec(3 * row, -1e-6f, 1e-6f);
+  src_k[0] = 65519.0f;  // rounds down to 65504
+  src_k[1] = 65520.0f;  // rounds to inf
+  const int64_t slots[3] = {11, 0, 5};
+  write_kv(kv, src_k.data(), src_v.data(), slots, 3);
+  for (int64_t t = 0; t < 3; ++t) {
+    for (int64_t i = 0; i < row; ++i) {
+      ASSERT_EQ(k[slots[t] * row + i], fp32_to_fp16(src_k[t * row + i])) << t << " " << i;
+      ASSERT_EQ(v[slots[t] * row + i], fp32_to_fp16(src_v[t * row + i])) << t << " " << i;  // subnormals
+    }
+  }
+  EXPECT_EQ(k[0 * row + 0], fp32_to_fp16(src_k[row]));
+  EXPECT_EQ(fp16_to_fp32(k[11 * row + 0]), 65504.0f);
+  EXPECT_TRUE(std::isinf(fp16_to_fp32(k[11 * row + 1])));
+  for (int64_t i = 0; i < row; ++i) EXPECT_EQ(k[1 * row + i], 0);  // untouched slot
+}
+
+}  // namespace
+}  // namespace pagellm::kernels

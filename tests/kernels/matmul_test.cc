@@ -1,0 +1,151 @@
+// matmul: fast vs reference vs an independent double-precision dot, for every weight dtype and
+// awkward shapes; scalar fallback; batch and thread-count invariance as bit equality.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels_test_util.h"
+
+namespace pagellm::kernels {
+namespace {
+
+using testing::is_quant;
+using testing::kEps;
+using testing::make_weights;
+using testing::Rng;
+using testing::TestWeights;
+
+std::string name_of(GgmlType t) { return type_name(t); }
+
+// Dequantized q8_0 copy of an activation row (what the quantized kernels actually multiply).
+std::vector<float> q8_roundtrip(const float* x, int64_t n) {
+  std::vector<BlockQ8_0> q(static_cast<size_t>(n / 32));
+  quantize_row_q8_0(x, n, q.data());
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row(GgmlType::Q8_0, q.data(), n, out.data());
+  return out;
+}
+
+struct Exact {
+  double value;  // sum_c w[r,c] * x'[c] in double (x' = x, or its q8_0 round trip)
+  double abs;    // sum_c |w[r,c] * x'[c]|, the scale of every rounding error
+};
+
+Exact exact_dot(const TestWeights& w, int64_t r, const float* x) {
+  Exact e{0.0, 0.0};
+  for (int64_t c = 0; c < w.cols; ++c) {
+    const double p = static_cast<double>(w.dequant[r * w.cols + c]) * x[c];
+    e.value += p;
+    e.abs += std::fabs(p);
+  }
+  return e;
+}
+
+class MatmulTest : public ::testing::TestWithParam<GgmlType> {};
+
+// Tolerances. Float weights: the AVX2 kernel sums each of 8 lanes x 4 accumulators over
+// cols / 32 terms, then 3 + 3 reduction adds and a scalar tail of < 32 terms: every term goes
+// through at most cols / 32 + 40 float roundings, so |fast - exact| <= (cols / 32 + 40) eps S with
+// S = sum |w x|; the double-accumulated reference is within eps |exact| + tiny. Quantized: integer
+// block sums are exact in both; the nb scaled block sums are added in float (reference: one chain
+// of nb adds; AVX2: 2 accumulators x 8 lanes, then 4 reduction adds), so both are within
+// (nb + 16) eps S of the exact sum of the same products.
+TEST_P(MatmulTest, FastMatchesReferenceAndExact) {
+  const GgmlType type = GetParam();
+  Rng rng(1234);
+  ThreadPool pool(2);
+  std::vector<int64_t> col_sizes = {32, 64, 96, 2080};
+  if (!is_quant(type)) col_sizes.insert(col_sizes.end(), {7, 33, 100});
+  for (int64_t cols : col_sizes) {
+    for (int64_t rows : {1, 7, 33, 100}) {
+      const TestWeights w = make_weights(type, rows, cols, rng);
+      for (int64_t num_tokens : {1, 3, 17}) {
+        SCOPED_TRACE(name_of(type) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " tokens " +
+                     std::to_string(num_tokens));
+        const std::vector<float> x = rng.vec(num_tokens * cols);
+        std::vector<float> y_ref(num_tokens * rows), y_fast(num_tokens * rows), y_fast_st(num_tokens * rows);
+        matmul_ref(w.view(), x.data(), num_tokens, y_ref.data());
+        matmul(w.view(), x.data(), num_tokens, y_fast.data(), &pool);
+        matmul(w.view(), x.data(), num_tokens, y_fast_st.data(), nullptr);
+        ASSERT_EQ(std::memcmp(y_fast.data(), y_fast_st.data(), y_fast.size() * 4), 0) << "thread count changed bits";
+        const int64_t terms = is_quant(type) ? cols / 32 + 16 : cols / 32 + 40;
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          const std::vector<float> xt = is_quant(type) ? q8_roundtrip(x.data() + t * cols, cols)
+                                                       : std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            const Exact e = exact_dot(w, r, xt.data());
+            const double tol = terms * kEps * e.abs + 1e-30;
+            const float ref = y_ref[t * rows + r], fast = y_fast[t * rows + r];
+            ASSERT_NEAR(ref, e.value, tol) << "t " << t << " r " << r;
+            ASSERT_NEAR(fast, e.value, tol) << "t " << t << " r " << r;
+            ASSERT_NEAR(fast, ref, 2 * tol) << "t " << t << " r " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Without AVX2 the fast entry point runs the reference dot products: bit-identical.
+TEST_P(MatmulTest, ScalarFallbackEqualsReference) {
+  const GgmlType type = GetParam();
+  Rng rng(99);
+  ThreadPool pool(3);
+  const int64_t cols = 96, rows = 33, num_tokens = 5;
+  const TestWeights w = make_weights(type, rows, cols, rng);
+  const std::vector<float> x = rng.vec(num_tokens * cols);
+  std::vector<float> y_ref(num_tokens * rows), y(num_tokens * rows);
+  matmul_ref(w.view(), x.data(), num_tokens, y_ref.data());
+  {
+    testing::ScopedNoSimd no_simd;
+    matmul(w.view(), x.data(), num_tokens, y.data(), &pool);
+  }
+  EXPECT_EQ(std::memcmp(y.data(), y_ref.data(), y.size() * 4), 0);
+}
+
+// The row of token `t` is bit-identical whether it is computed alone, inside batches of 3, 8 or 17
+// with other random rows (at every position of the 4-token tiles), or with 1, 2 or 3 threads.
+TEST_P(MatmulTest, BatchAndThreadInvariance) {
+  const GgmlType type = GetParam();
+  Rng rng(2024);
+  ThreadPool pool2(2), pool3(3);
+  std::vector<int64_t> col_sizes = {96, 2080};
+  if (!is_quant(type)) col_sizes.push_back(100);
+  for (int64_t cols : col_sizes) {
+    const int64_t rows = 33;
+    const TestWeights w = make_weights(type, rows, cols, rng);
+    const std::vector<float> probe = rng.vec(cols);
+    std::vector<float> solo(rows);
+    matmul(w.view(), probe.data(), 1, solo.data(), nullptr);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+      std::vector<float> again(rows);
+      matmul(w.view(), probe.data(), 1, again.data(), pool);
+      ASSERT_EQ(std::memcmp(again.data(), solo.data(), rows * 4), 0);
+      for (int64_t batch : {3, 8, 17}) {
+        for (int64_t at = 0; at < batch; at += (batch == 17 ? 5 : 1)) {
+          std::vector<float> x = rng.vec(batch * cols, -2.0f, 2.0f);
+          std::memcpy(x.data() + at * cols, probe.data(), cols * 4);
+          std::vector<float> y(batch * rows);
+          matmul(w.view(), x.data(), batch, y.data(), pool);
+          ASSERT_EQ(std::memcmp(y.data() + at * rows, solo.data(), rows * 4), 0)
+              << name_of(type) << " cols " << cols << " batch " << batch << " at " << at;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) { return type_name(info.param); });
+
+TEST(Matmul, ReportsSimdAvailability) {
+  // Not an assertion: records in the log which path the other tests exercised.
+  std::printf("cpu_has_avx2 (avx2+fma+f16c): %d\n", static_cast<int>(cpu_has_avx2()));
+}
+
+}  // namespace
+}  // namespace pagellm::kernels

@@ -1,0 +1,125 @@
+// rms_norm, rope, silu_mul, softmax: fast == reference bit for bit (they share arithmetic), and
+// the reference against the formulas evaluated independently in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels_test_util.h"
+
+namespace pagellm::kernels {
+namespace {
+
+using testing::kEps;
+using testing::Rng;
+
+TEST(RmsNorm, MatchesFormulaAndFastIsBitIdentical) {
+  Rng rng(11);
+  for (int64_t n : {1, 7, 64, 2080}) {
+    const std::vector<float> x = rng.vec(n, -3.0f, 3.0f), w = rng.vec(n, 0.5f, 1.5f);
+    std::vector<float> ref(n), fast(n), inplace = x;
+    rms_norm_ref(x.data(), w.data(), n, 1e-5f, ref.data());
+    rms_norm(x.data(), w.data(), n, 1e-5f, fast.data());
+    rms_norm(inplace.data(), w.data(), n, 1e-5f, inplace.data());  // out may alias x
+    EXPECT_EQ(std::memcmp(ref.data(), fast.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(ref.data(), inplace.data(), n * 4), 0);
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+    // float: mean, +eps, sqrt, divide, two multiplies: ~6 roundings.
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(ref[i], x[i] * scale * w[i], 6 * kEps * std::fabs(x[i] * scale * w[i]));
+  }
+}
+
+// ggml computes theta iteratively in float: theta_0 = pos, theta_{i+1} = theta_i * theta_scale.
+// Recompute that sequence here, rotate in double, and compare to within a few roundings of the
+// rotation (cos/sin of float theta are correctly rounded to < 1 ulp by libm).
+TEST(Rope, MatchesGgmlThetaRecurrenceAndFastIsBitIdentical) {
+  Rng rng(12);
+  struct Case { int64_t heads, head_dim, n_dims, pos; float base; };
+  for (const Case c : {Case{1, 8, 8, 0, 10000.0f}, Case{3, 64, 64, 17, 10000.0f}, Case{2, 80, 32, 513, 500000.0f},
+                       Case{4, 128, 128, 4095, 10000.0f}, Case{2, 128, 64, 3, 1e6f}}) {
+    const std::vector<float> x = rng.vec(c.heads * c.head_dim);
+    std::vector<float> ref = x, fast = x;
+    rope_ref(ref.data(), c.heads, c.head_dim, c.n_dims, c.pos, c.base);
+    rope(fast.data(), c.heads, c.head_dim, c.n_dims, c.pos, c.base);
+    ASSERT_EQ(std::memcmp(ref.data(), fast.data(), ref.size() * 4), 0);
+    const float theta_scale = std::pow(c.base, -2.0f / static_cast<float>(c.n_dims));
+    for (int64_t h = 0; h < c.heads; ++h) {
+      float theta = static_cast<float>(c.pos);
+      for (int64_t i = 0; i < c.head_dim; i += 2) {
+        const int64_t k = h * c.head_dim + i;
+        if (i >= c.n_dims) {  // untouched tail
+          EXPECT_EQ(ref[k], x[k]);
+          EXPECT_EQ(ref[k + 1], x[k + 1]);
+          continue;
+        }
+        const double cs = std::cos(static_cast<double>(theta)), sn = std::sin(static_cast<double>(theta));
+        const double e0 = x[k] * cs - x[k + 1] * sn, e1 = x[k] * sn + x[k + 1] * cs;
+        const double tol = 4 * kEps * (std::fabs(x[k]) + std::fabs(x[k + 1]));
+        EXPECT_NEAR(ref[k], e0, tol) << "head " << h << " i " << i;
+        EXPECT_NEAR(ref[k + 1], e1, tol) << "head " << h << " i " << i;
+        theta *= theta_scale;
+      }
+    }
+  }
+}
+
+// Against the exact angle pos * base^(-2i/n): the float recurrence drifts by ~i roundings of a
+// value <= pos, so at small positions the two agree closely.
+TEST(Rope, CloseToExactAngleAtSmallPositions) {
+  const int64_t head_dim = 64, pos = 5;
+  std::vector<float> x(head_dim);
+  for (int64_t i = 0; i < head_dim; i += 2) x[i] = 1.0f, x[i + 1] = 0.0f;  // rotates (1, 0)
+  rope_ref(x.data(), 1, head_dim, head_dim, pos, 10000.0f);
+  for (int64_t i = 0; i < head_dim; i += 2) {
+    const double theta = pos * std::pow(10000.0, -static_cast<double>(i) / head_dim);
+    EXPECT_NEAR(x[i], std::cos(theta), 1e-5) << i;
+    EXPECT_NEAR(x[i + 1], std::sin(theta), 1e-5) << i;
+  }
+}
+
+TEST(SiluMul, MatchesFormulaAndFastIsBitIdentical) {
+  Rng rng(13);
+  const int64_t n = 2080;
+  std::vector<float> g = rng.vec(n, -20.0f, 20.0f), u = rng.vec(n);
+  g[0] = 0.0f, g[1] = -100.0f, g[2] = 100.0f;
+  std::vector<float> ref(n), fast(n), inplace = g;
+  silu_mul_ref(g.data(), u.data(), n, ref.data());
+  silu_mul(g.data(), u.data(), n, fast.data());
+  silu_mul(inplace.data(), u.data(), n, inplace.data());
+  EXPECT_EQ(std::memcmp(ref.data(), fast.data(), n * 4), 0);
+  EXPECT_EQ(std::memcmp(ref.data(), inplace.data(), n * 4), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+    // expf < 1 ulp, then add, divide, multiply: 4 roundings (relative).
+    EXPECT_NEAR(ref[i], e, 4 * kEps * std::fabs(e) + 1e-30) << i;
+  }
+}
+
+TEST(Softmax, MatchesFormulaAndFastIsBitIdentical) {
+  Rng rng(14);
+  for (int64_t n : {1, 5, 100, 4096}) {
+    std::vector<float> x = rng.vec(n, -30.0f, 30.0f);
+    std::vector<float> ref = x, fast = x;
+    softmax_ref(ref.data(), n);
+    softmax(fast.data(), n);
+    ASSERT_EQ(std::memcmp(ref.data(), fast.data(), n * 4), 0);
+    double mx = -1e300, sum = 0;
+    for (float v : x) mx = std::max(mx, static_cast<double>(v));
+    for (float v : x) sum += std::exp(v - mx);
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double e = std::exp(x[i] - mx) / sum;
+      // x - max rounds by up to |x - max| eps / 2 absolute, i.e. that much relative after exp;
+      // then expf, (float)(1 / sum), multiply: a few more roundings.
+      EXPECT_NEAR(ref[i], e, (4 + std::fabs(x[i] - mx)) * kEps * e + 1e-30) << i;
+      total += ref[i];
+    }
+    EXPECT_NEAR(total, 1.0, n * kEps);
+  }
+}
+
+}  // namespace
+}  // namespace pagellm::kernels
