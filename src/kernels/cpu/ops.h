@@ -38,6 +38,10 @@ void quantize_row_q4_0(const float* x, int64_t n, void* out);
 // y[t, r] = sum_c w[r, c] * x[t, c].
 //   x: [num_tokens, w.cols] f32, row-major.   y: [num_tokens, w.rows] f32, row-major.
 // pool may be nullptr (single-threaded).
+// Numerics: F32/F16/BF16 weights multiply the f32 activations as given (ggml instead rounds x to
+// f16/bf16 for those weights); Q8_0/Q4_0 weights multiply x quantized to q8_0 by
+// quantize_row_q8_0 (as ggml's vec_dot_type), integer sums per block. matmul_ref computes the
+// same products; it differs from matmul only by float re-association.
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool);
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y);
 
@@ -82,7 +86,8 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
 
 // Causal attention through block tables, for a flat batch of num_seqs sequences.
 //   q:               [num_tokens, num_heads, head_dim] f32 (RoPE applied)
-//   query_start_loc: [num_seqs + 1]; tokens of sequence s are [query_start_loc[s], query_start_loc[s+1])
+//   query_start_loc: [num_seqs + 1], query_start_loc[0] == 0, non-decreasing; tokens of sequence s
+//                    are [query_start_loc[s], query_start_loc[s+1]), num_tokens = query_start_loc[num_seqs]
 //   positions:       [num_tokens]; token i attends to positions [0, positions[i]] of its sequence,
 //                    whose K/V must already be in the cache (write_kv first)
 //   block_tables:    [num_seqs, max_blocks_per_seq] physical block ids, row-major

@@ -1,0 +1,76 @@
+// Matmul micro-benchmarks: GEMV (num_tokens = 1, decode) and num_tokens = 16 (small prefill
+// chunk) on a 5632 x 2048 weight (TinyLlama's ffn_up: rows = intermediate_size, cols =
+// hidden_size), per weight dtype. Bytes/s counts weight bytes streamed per call, the decode
+// roofline quantity. Args: {dtype id, num_tokens, num_threads}.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/ops.h"
+
+namespace pagellm::kernels {
+namespace {
+
+constexpr int64_t kRows = 5632;
+constexpr int64_t kCols = 2048;
+
+std::vector<uint8_t> make_weight(GgmlType type) {
+  std::mt19937 gen(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> row(kCols);
+  const int64_t rb = row_size_bytes(type, kCols);
+  std::vector<uint8_t> bytes(static_cast<size_t>(kRows * rb));
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (float& x : row) x = dist(gen);
+    uint8_t* d = bytes.data() + r * rb;
+    switch (type) {
+      case GgmlType::F32: std::memcpy(d, row.data(), kCols * 4); break;
+      case GgmlType::F16:
+        for (int64_t i = 0; i < kCols; ++i) reinterpret_cast<uint16_t*>(d)[i] = fp32_to_fp16(row[i]);
+        break;
+      case GgmlType::BF16:
+        for (int64_t i = 0; i < kCols; ++i) reinterpret_cast<uint16_t*>(d)[i] = fp32_to_bf16(row[i]);
+        break;
+      case GgmlType::Q8_0: quantize_row_q8_0(row.data(), kCols, d); break;
+      case GgmlType::Q4_0: quantize_row_q4_0(row.data(), kCols, d); break;
+      default: break;
+    }
+  }
+  return bytes;
+}
+
+void BM_Matmul(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const int64_t num_tokens = state.range(1);
+  const int num_threads = static_cast<int>(state.range(2));
+  const std::vector<uint8_t> w = make_weight(type);
+  const WeightView view{type, kRows, kCols, w.data()};
+  std::vector<float> x(num_tokens * kCols, 0.5f), y(num_tokens * kRows);
+  std::unique_ptr<ThreadPool> pool = num_threads > 1 ? std::make_unique<ThreadPool>(num_threads) : nullptr;
+  for (auto _ : state) {
+    matmul(view, x.data(), num_tokens, y.data(), pool.get());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRows * kCols * num_tokens * state.iterations(),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(type_name(type) + " M=" + std::to_string(num_tokens) + " threads=" + std::to_string(num_threads));
+}
+
+void matmul_args(benchmark::internal::Benchmark* b) {
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+    for (int64_t m : {1, 16}) {
+      for (int64_t threads : {1, 2}) b->Args({static_cast<int64_t>(t), m, threads});
+    }
+  }
+}
+BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace pagellm::kernels
