@@ -40,13 +40,20 @@ class Reader {
     return v;
   }
 
-  std::string read_string(const std::string& what) {
-    const uint64_t n = read<uint64_t>(what.c_str());
-    if (n > kMaxStringBytes) fail(what + " has implausible length " + std::to_string(n));
-    if (n > remaining()) fail("truncated inside " + what + " (length " + std::to_string(n) + ")");
+  // `what()` describes the string for error messages; it is only called on failure, so reading
+  // many strings under one long key stays linear in the input size.
+  template <typename Describe>
+  std::string read_string_lazy(Describe&& what) {
+    if (remaining() < sizeof(uint64_t)) fail("truncated while reading " + what());
+    const uint64_t n = read<uint64_t>("string length");
+    if (n > kMaxStringBytes) fail(what() + " has implausible length " + std::to_string(n));
+    if (n > remaining()) fail("truncated inside " + what() + " (length " + std::to_string(n) + ")");
     std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), n);
     pos_ += n;
     return s;
+  }
+  std::string read_string(const std::string& what) {
+    return read_string_lazy([&] { return what; });
   }
 
  private:
@@ -104,7 +111,9 @@ GgufValue read_value(Reader& r, GgufValueType type, const std::string& key, uint
       out.v = b == 1;
       break;
     }
-    case GgufValueType::STRING: out.v = r.read_string("string value of key '" + key + "'"); break;
+    case GgufValueType::STRING:
+      out.v = r.read_string_lazy([&] { return "string value of key '" + key + "'"; });
+      break;
     case GgufValueType::ARRAY: {
       if (depth >= kMaxArrayDepth) r.fail("key '" + key + "': arrays nested too deeply");
       const uint32_t et = r.read<uint32_t>(k);
@@ -225,7 +234,7 @@ void GgufFile::parse_all() {
   }
 
   if (const GgufValue* a = find("general.alignment")) {
-    const uint64_t al = gguf_as_u64(*a, "general.alignment");
+    const uint64_t al = gguf_as_u64(*a, "GGUF file '" + path_ + "', key 'general.alignment'");
     if (al == 0 || (al & (al - 1)) != 0 || al > (uint64_t{1} << 20)) {
       fail("general.alignment = " + std::to_string(al) + " is not a power of two in [1, 2^20]");
     }
