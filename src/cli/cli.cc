@@ -1,10 +1,60 @@
 #include "cli/cli.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
 
 namespace pagellm::cli {
+
+std::string default_model_path() {
+  namespace fs = std::filesystem;
+  const fs::path rel = fs::path("models") / "stories260K-f32.gguf";
+  if (fs::exists(rel)) return rel.string();
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& dir : {exe.parent_path(), exe.parent_path().parent_path()}) {
+      if (fs::exists(dir / rel)) return (dir / rel).string();
+    }
+  }
+  return rel.string();  // the open error will name it
+}
+
 int main(int argc, char** argv) {
-  std::fprintf(stderr, "pagellm: not implemented yet\n");
+  CLI::App app{"pagellm: a lean LLM inference engine (Llama-family GGUF models on CPU)"};
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, Handler>> subs;
+  auto add = [&](const char* name, const char* help, Handler (*fn)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    subs.emplace_back(sub, fn(*sub));
+  };
+  add("generate", "Generate text from a prompt", &add_generate);
+  add("tokenize", "Print the token ids of a text as a JSON array", &add_tokenize);
+  add("info", "Print a model's metadata, tensors, sizes and KV bytes per token", &add_info);
+  add("make-model", "Write a random-weight GGUF of a named real shape (test and benchmark models)", &add_make_model);
+  add("bench", "Benchmarks: `bench latency` (single-stream speed and memory bandwidth)", &add_bench);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, handler] : subs) {
+      if (sub->parsed()) return handler();
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
   return 1;
 }
+
 }  // namespace pagellm::cli

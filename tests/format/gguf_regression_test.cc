@@ -1,5 +1,5 @@
 // Replays the GGUF fuzzing inputs kept in the source tree through GgufFile::parse:
-//   tests/fuzz/regressions/gguf/  hand-made hostile inputs and inputs saved from fuzzer crashes
+//   tests/fuzz/regressions/gguf/  hand-made hostile inputs and inputs saved from fuzzer crashes (fuzz-<sha1>)
 //   tests/fuzz/corpus/gguf/       the fuzzer's seed corpus
 // The only acceptable outcomes are a successful parse or a pagellm::Error. Files named bad-*
 // must be rejected, files named good-* and seed-* must parse (see

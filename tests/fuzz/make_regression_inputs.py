@@ -4,7 +4,7 @@
 Naming convention read by tests/format/gguf_regression_test.cc:
   bad-*   must be rejected with pagellm::Error
   good-*  must parse
-  other   (inputs saved from fuzzer crashes) may do either, but nothing else.
+  fuzz-*  (inputs saved from fuzzer crashes) may do either, but nothing else.
 
 Usage: tests/fuzz/make_regression_inputs.py [output-dir]
 """

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs pagellm's build dependencies (Debian 12 packages) and builds build/pagellm.
+# Usage: scripts/setup.sh [extra cmake args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config   # toolchain
+  libgtest-dev libgmock-dev                      # unit tests
+  libbenchmark-dev                               # micro-benchmarks
+  libpcre2-dev                                   # tokenizer pre-tokenizer regexes (Unicode properties)
+  nlohmann-json3-dev                             # JSON (CLI --json, golden data)
+  libcli11-dev                                   # command-line parsing
+  clang libclang-rt-14-dev                       # libFuzzer target (optional), sanitizer runtime
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,15 @@
+// Memory read-bandwidth probe: every thread sums its own contiguous part of a large f32 buffer
+// (first-touched by that thread) with AVX2; best of `reps` repetitions. GB = 1e9 bytes.
+// Same method as the anchors in ../shared/testdata/perf/perf_anchors.json.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace pagellm::cli {
+
+// Returns read bandwidth in GB/s over a buffer of `bytes` bytes.
+double measure_read_bandwidth_gbps(ThreadPool& pool, int64_t bytes, int reps);
+
+}  // namespace pagellm::cli

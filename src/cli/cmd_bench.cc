@@ -1,0 +1,100 @@
+// `pagellm bench latency`: single-stream prompt processing and generation speed of one model,
+// with a memory-bandwidth probe in the same run, so that the fraction of the machine's bandwidth
+// reached by decode (model bytes x tokens/s / probe GB/s) is a ratio measured at one time.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/bandwidth_probe.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/llm.h"
+
+namespace pagellm::cli {
+namespace {
+
+struct LatencyArgs {
+  std::string model;
+  int64_t prompt_tokens = 512;
+  int32_t gen_tokens = 128;
+  int threads = 0;
+  int64_t probe_mib = 2048;
+  bool json = false;
+};
+
+int run_latency(const LatencyArgs& a) {
+  EngineConfig cfg;
+  cfg.model_path = a.model.empty() ? default_model_path() : a.model;
+  cfg.num_threads = a.threads;
+  LLM llm(cfg);
+  const LlamaConfig& mc = llm.model().config();
+  const int64_t ctx = mc.max_position_embeddings;
+  const int64_t n_prompt = std::clamp<int64_t>(a.prompt_tokens, 1, ctx - 1);
+  const int32_t n_gen = static_cast<int32_t>(std::clamp<int64_t>(a.gen_tokens, 1, ctx - n_prompt));
+
+  // Deterministic random prompt over non-special tokens.
+  std::mt19937 rng(1);
+  std::vector<int32_t> prompt;
+  if (llm.tokenizer().bos_id() >= 0) prompt.push_back(llm.tokenizer().bos_id());
+  while (static_cast<int64_t>(prompt.size()) < n_prompt) {
+    const auto id = static_cast<int32_t>(rng() % mc.vocab_size);
+    if (!llm.tokenizer().is_control(id)) prompt.push_back(id);
+  }
+  GenerateOptions opt;
+  opt.ignore_eos = true;
+  opt.sampling.temperature = 0;
+  opt.max_tokens = 4;  // warm-up: page in the weights, spin up the workers
+  llm.generate(std::vector<int32_t>(prompt.begin(), prompt.begin() + std::min<int64_t>(8, n_prompt)), opt);
+  opt.max_tokens = n_gen;
+  const GenerateResult r = llm.generate(prompt, opt);
+  const GenerateTimings& t = r.timings;
+
+  const double bw = measure_read_bandwidth_gbps(llm.pool(), a.probe_mib << 20, 5);
+  const double model_bytes = static_cast<double>(llm.model().weight_bytes());
+  const double achieved = model_bytes * t.decode_tokens_per_s() / 1e9;
+  nlohmann::json j = {{"model", cfg.model_path},
+                      {"threads", llm.pool().num_threads()},
+                      {"model_bytes", llm.model().weight_bytes()},
+                      {"prompt_tokens", n_prompt},
+                      {"gen_tokens", t.decode_tokens},
+                      {"prefill_tokens_per_s", t.prompt_tokens_per_s()},
+                      {"decode_tokens_per_s", t.decode_tokens_per_s()},
+                      {"decode_gb_per_s", achieved},
+                      {"bandwidth_gb_per_s", bw},
+                      {"bandwidth_fraction", bw > 0 ? achieved / bw : 0}};
+  if (a.json) {
+    std::puts(j.dump().c_str());
+  } else {
+    std::printf("model %s (%.1f MiB of weights), %d threads\n", cfg.model_path.c_str(), model_bytes / 1048576.0,
+                llm.pool().num_threads());
+    std::printf("prompt processing: %lld tokens, %.1f tokens/s\n", static_cast<long long>(n_prompt),
+                t.prompt_tokens_per_s());
+    std::printf("generation:        %lld tokens, %.2f tokens/s (%.2f GB/s of weights)\n",
+                static_cast<long long>(t.decode_tokens), t.decode_tokens_per_s(), achieved);
+    std::printf("memory bandwidth probe: %.2f GB/s -> decode reaches %.1f%% of it\n", bw,
+                bw > 0 ? 100 * achieved / bw : 0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Handler add_bench(CLI::App& app) {
+  app.require_subcommand(1);
+  CLI::App* lat = app.add_subcommand("latency", "Single-stream prompt and generation tokens/s, with a bandwidth probe");
+  auto a = std::make_shared<LatencyArgs>();
+  lat->add_option("-m,--model", a->model, "GGUF model (default: the bundled stories260K)");
+  lat->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length, tokens (clamped to the context)");
+  lat->add_option("--gen-tokens", a->gen_tokens, "Tokens to generate");
+  lat->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)");
+  lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB");
+  lat->add_flag("--json", a->json, "Print one JSON object");
+  return [a, lat] {
+    if (lat->parsed()) return run_latency(*a);
+    return 1;
+  };
+}
+
+}  // namespace pagellm::cli

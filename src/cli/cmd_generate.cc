@@ -1,0 +1,102 @@
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/llm.h"
+
+namespace pagellm::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string prompt;
+  int32_t max_tokens = 128;
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repetition_penalty = 1.0f;
+  int64_t seed = -1;
+  int threads = 0;
+  std::string kv_dtype = "f32";
+  bool ignore_eos = false;
+  bool json = false;
+};
+
+int run_generate(const GenerateArgs& a) {
+  EngineConfig cfg;
+  cfg.model_path = a.model.empty() ? default_model_path() : a.model;
+  cfg.num_threads = a.threads;
+  if (a.kv_dtype == "f32") cfg.kv_dtype = GgmlType::F32;
+  else if (a.kv_dtype == "f16") cfg.kv_dtype = GgmlType::F16;
+  else throw Error("--kv-dtype must be f32 or f16, got '" + a.kv_dtype + "'");
+  LLM llm(cfg);
+
+  GenerateOptions opt;
+  opt.max_tokens = a.max_tokens;
+  opt.ignore_eos = a.ignore_eos;
+  opt.sampling.temperature = a.temperature;
+  opt.sampling.top_k = a.top_k;
+  opt.sampling.top_p = a.top_p;
+  opt.sampling.min_p = a.min_p;
+  opt.sampling.repetition_penalty = a.repetition_penalty;
+  if (a.seed >= 0) opt.sampling.seed = static_cast<uint64_t>(a.seed);
+
+  const std::vector<int32_t> prompt_ids = llm.tokenizer().encode(a.prompt, /*add_special=*/true, /*parse_special=*/false);
+  if (!a.json) {
+    std::fputs(a.prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  auto on_text = [&](std::string_view delta) {
+    if (a.json) return;
+    std::fwrite(delta.data(), 1, delta.size(), stdout);
+    std::fflush(stdout);
+  };
+  const GenerateResult r = llm.generate(prompt_ids, opt, on_text);
+  const GenerateTimings& t = r.timings;
+  if (a.json) {
+    nlohmann::json j;
+    j["prompt_token_ids"] = r.prompt_token_ids;
+    j["token_ids"] = r.token_ids;
+    j["text"] = r.text;
+    j["finish_reason"] = r.finish_reason;
+    j["timings"] = {{"prompt_tokens", t.prompt_tokens},
+                    {"prompt_ms", t.prompt_seconds * 1e3},
+                    {"prompt_tokens_per_s", t.prompt_tokens_per_s()},
+                    {"decode_tokens", t.decode_tokens},
+                    {"decode_ms", t.decode_seconds * 1e3},
+                    {"decode_tokens_per_s", t.decode_tokens_per_s()}};
+    std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::fputs("\n", stdout);
+    std::fprintf(stderr, "\nprompt: %lld tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens, %lld decode steps in %.1f ms (%.1f tokens/s); finish_reason=%s\n",
+                 static_cast<long long>(t.prompt_tokens), t.prompt_seconds * 1e3, t.prompt_tokens_per_s(),
+                 r.token_ids.size(), static_cast<long long>(t.decode_tokens), t.decode_seconds * 1e3,
+                 t.decode_tokens_per_s(), r.finish_reason.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Handler add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  app.add_option("-m,--model", a->model, "GGUF model file (default: models/stories260K-f32.gguf)");
+  app.add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  app.add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate (clamped to the context)")->check(CLI::NonNegativeNumber);
+  app.add_option("--temp,--temperature", a->temperature, "Sampling temperature; 0 = greedy");
+  app.add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)");
+  app.add_option("--top-p", a->top_p, "Nucleus sampling mass in (0, 1]");
+  app.add_option("--min-p", a->min_p, "Drop tokens below min_p x the top probability");
+  app.add_option("--repeat-penalty", a->repetition_penalty, "Repetition penalty (1 = off)");
+  app.add_option("--seed", a->seed, "RNG seed (-1 = random)");
+  app.add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type: f32 or f16");
+  app.add_flag("--ignore-eos", a->ignore_eos, "Keep generating after the end-of-sequence token");
+  app.add_flag("--json", a->json, "Print one JSON object: prompt_token_ids, token_ids, text, timings");
+  return [a] { return run_generate(*a); };
+}
+
+}  // namespace pagellm::cli

@@ -1,0 +1,84 @@
+#include <cstdio>
+#include <memory>
+#include <variant>
+
+#include "cli/commands.h"
+#include "format/gguf.h"
+#include "kv/kv_cache.h"
+#include "model/llama_config.h"
+
+namespace pagellm::cli {
+namespace {
+
+std::string value_to_string(const GgufValue& v) {
+  if (const auto* u = std::get_if<uint64_t>(&v.v)) return std::to_string(*u);
+  if (const auto* i = std::get_if<int64_t>(&v.v)) return std::to_string(*i);
+  if (const auto* d = std::get_if<double>(&v.v)) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.9g", *d);
+    return buf;
+  }
+  if (const auto* b = std::get_if<bool>(&v.v)) return *b ? "true" : "false";
+  if (const auto* s = std::get_if<std::string>(&v.v)) {
+    std::string out = "\"";
+    for (char c : s->size() > 80 ? s->substr(0, 80) : *s) out += (c == '\n') ? std::string("\\n") : std::string(1, c);
+    return out + (s->size() > 80 ? "\"... (" + std::to_string(s->size()) + " bytes)" : "\"");
+  }
+  const auto& a = std::get<GgufArray>(v.v);
+  std::string out = std::string("[") + gguf_type_name(a.elem_type) + " x " + std::to_string(a.items.size()) + "]";
+  if (!a.items.empty()) {
+    out += " {";
+    for (size_t i = 0; i < a.items.size() && i < 4; ++i) out += (i ? ", " : "") + value_to_string(a.items[i]);
+    out += a.items.size() > 4 ? ", ...}" : "}";
+  }
+  return out;
+}
+
+int run_info(const std::string& path) {
+  auto f = GgufFile::open(path);
+  std::printf("file: %s\nGGUF version: %u, %llu bytes, alignment %llu, data at offset %llu\n\n", path.c_str(),
+              f->version(), static_cast<unsigned long long>(f->file_size()),
+              static_cast<unsigned long long>(f->alignment()), static_cast<unsigned long long>(f->data_offset()));
+  std::printf("metadata (%zu keys):\n", f->metadata().size());
+  for (const auto& [key, value] : f->metadata()) {
+    std::printf("  %-45s %-8s %s\n", key.c_str(), gguf_type_name(value.type), value_to_string(value).c_str());
+  }
+  std::printf("\ntensors (%zu):\n", f->tensors().size());
+  int64_t params = 0;
+  uint64_t bytes = 0;
+  for (const GgufTensorInfo& t : f->tensors()) {
+    std::string shape;
+    for (int64_t d : t.ne) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    std::printf("  %-32s %-6s [%s] %llu bytes\n", t.name.c_str(), type_name(t.type).c_str(), shape.c_str(),
+                static_cast<unsigned long long>(t.size_bytes));
+    params += t.num_elements();
+    bytes += t.size_bytes;
+  }
+  std::printf("\nparameters: %lld\ntensor bytes: %llu (%.2f MiB)\n", static_cast<long long>(params),
+              static_cast<unsigned long long>(bytes), bytes / 1048576.0);
+  if (f->find("general.architecture") && f->find_tensor("token_embd.weight")) {
+    const LlamaConfig c = LlamaConfig::from_gguf(*f);
+    KvCacheShape s{static_cast<int32_t>(c.num_hidden_layers), static_cast<int32_t>(c.num_key_value_heads),
+                   static_cast<int32_t>(c.head_dim), GgmlType::F32};
+    const int64_t f32 = s.bytes_per_token();
+    s.dtype = GgmlType::F16;
+    std::printf("model: %s, hidden_size %lld, layers %lld, heads %lld, kv_heads %lld, head_dim %lld, ffn %lld, vocab %lld, context %lld tokens\n",
+                c.architecture.c_str(), static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
+                static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
+                static_cast<long long>(c.head_dim), static_cast<long long>(c.intermediate_size),
+                static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_position_embeddings));
+    std::printf("KV bytes per token: %lld (f32), %lld (f16); full context: %.2f MiB (f32)\n", static_cast<long long>(f32),
+                static_cast<long long>(s.bytes_per_token()), f32 * c.max_position_embeddings / 1048576.0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Handler add_info(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  app.add_option("model", *path, "GGUF file")->required();
+  return [path] { return run_info(*path); };
+}
+
+}  // namespace pagellm::cli

@@ -1,0 +1,30 @@
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "format/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::cli {
+
+Handler add_tokenize(CLI::App& app) {
+  struct Args {
+    std::string model, text;
+    bool no_bos = false, parse_special = false;
+  };
+  auto a = std::make_shared<Args>();
+  app.add_option("-m,--model", a->model, "GGUF model or vocab file (default: models/stories260K-f32.gguf)");
+  app.add_flag("--no-bos", a->no_bos, "Do not add BOS/EOS special tokens");
+  app.add_flag("--parse-special", a->parse_special, "Turn special-token text (e.g. <s>) into control tokens");
+  app.add_option("text", a->text, "Text to tokenize (use -- before text that begins with '-')")->required();
+  return [a] {
+    auto file = GgufFile::open(a->model.empty() ? default_model_path() : a->model);
+    auto tok = Tokenizer::from_gguf(*file);
+    const std::vector<int32_t> ids = tok->encode(a->text, !a->no_bos, a->parse_special);
+    std::puts(nlohmann::json(ids).dump().c_str());
+    return 0;
+  };
+}
+
+}  // namespace pagellm::cli

@@ -1,0 +1,23 @@
+// Subcommands of the `pagellm` binary. Each registers its options on a CLI11 sub-app and returns
+// the handler to run when that subcommand is chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace pagellm::cli {
+
+using Handler = std::function<int()>;
+
+Handler add_generate(CLI::App& app);
+Handler add_tokenize(CLI::App& app);
+Handler add_info(CLI::App& app);
+Handler add_make_model(CLI::App& app);
+Handler add_bench(CLI::App& app);
+
+// The model used when -m is not given: models/stories260K-f32.gguf, looked up in the current
+// directory, then beside the binary (../models when the binary is build/pagellm).
+std::string default_model_path();
+
+}  // namespace pagellm::cli

@@ -1,0 +1,84 @@
+// A loaded model ready to generate: GGUF mapping, weights, tokenizer, paged KV cache and worker
+// threads. `generate` runs one request through the same flat-batch forward pass that the batching
+// engine uses (prefill in chunks, then one decode token per step).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "format/gguf.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_cache_manager.h"
+#include "model/llama.h"
+#include "sample/sampling_params.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm {
+
+struct EngineConfig {
+  std::string model_path;
+  int num_threads = 0;                   // 0: ThreadPool::default_num_threads()
+  int32_t block_size = 16;               // tokens per KV block
+  GgmlType kv_dtype = GgmlType::F32;     // F32 or F16
+  int64_t kv_cache_bytes = 0;            // 0: room for one full context (context_length tokens)
+  int64_t max_num_batched_tokens = 512;  // prefill chunk size, tokens
+};
+
+struct GenerateOptions {
+  int32_t max_tokens = 128;  // new tokens; clamped to the context length
+  bool ignore_eos = false;
+  SamplingParams sampling;
+};
+
+struct GenerateTimings {
+  int64_t prompt_tokens = 0;
+  double prompt_seconds = 0;   // prefill, up to the first token's logits
+  int64_t decode_tokens = 0;   // forward passes after the prefill
+  double decode_seconds = 0;
+  double prompt_tokens_per_s() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
+  double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
+};
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<int32_t> token_ids;
+  std::string text;            // concatenated pieces of token_ids
+  std::string finish_reason;   // "stop" (EOS) or "length"
+  GenerateTimings timings;
+};
+
+class LLM {
+ public:
+  // Loads the model. Throws pagellm::Error for a bad file or configuration.
+  explicit LLM(const EngineConfig& config);
+
+  const EngineConfig& config() const { return config_; }
+  const GgufFile& file() const { return *file_; }
+  LlamaModel& model() { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  KvCache& kv_cache() { return *kv_cache_; }
+  KvCacheManager& kv_manager() { return *kv_manager_; }
+  ThreadPool& pool() { return *pool_; }
+
+  // Generates up to options.max_tokens tokens after prompt_token_ids. on_text receives text
+  // deltas as they become complete UTF-8. Throws pagellm::Error when the prompt is empty, holds
+  // out-of-vocabulary ids, does not fit the context, or the KV cache is too small for it.
+  GenerateResult generate(const std::vector<int32_t>& prompt_token_ids, const GenerateOptions& options,
+                          const std::function<void(std::string_view)>& on_text = nullptr);
+
+ private:
+  EngineConfig config_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<KvCache> kv_cache_;
+  std::unique_ptr<KvCacheManager> kv_manager_;
+};
+
+}  // namespace pagellm

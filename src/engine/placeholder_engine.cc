@@ -1,1 +1,0 @@
-// placeholder until the module lands; keeps the library target non-empty.

@@ -1,0 +1,47 @@
+#include "kv/kv_cache.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace pagellm {
+
+int64_t KvCacheShape::bytes_per_token() const {
+  return int64_t{2} * num_layers * num_kv_heads * head_dim * type_traits(dtype).type_size;
+}
+
+KvCache::KvCache(const KvCacheShape& shape, int32_t num_blocks, int32_t block_size)
+    : shape_(shape), num_blocks_(num_blocks), block_size_(block_size) {
+  if (shape.dtype != GgmlType::F32 && shape.dtype != GgmlType::F16) {
+    throw Error("KV cache dtype must be f32 or f16, got " + type_name(shape.dtype));
+  }
+  if (num_blocks <= 0 || block_size <= 0) {
+    throw Error("KV cache needs at least one block (num_blocks=" + std::to_string(num_blocks) +
+                ", block_size=" + std::to_string(block_size) + ")");
+  }
+  layer_bytes_ = int64_t{num_blocks} * block_size * shape.num_kv_heads * shape.head_dim *
+                 type_traits(shape.dtype).type_size;
+  storage_.assign(static_cast<size_t>(layer_bytes_ * 2 * shape.num_layers), 0);
+}
+
+kernels::KvLayerView KvCache::layer(int32_t layer) {
+  PAGELLM_CHECK(layer >= 0 && layer < shape_.num_layers, "layer index");
+  kernels::KvLayerView v;
+  v.dtype = shape_.dtype;
+  v.k = storage_.data() + static_cast<size_t>(layer_bytes_) * (2 * layer);
+  v.v = storage_.data() + static_cast<size_t>(layer_bytes_) * (2 * layer + 1);
+  v.num_slots = int64_t{num_blocks_} * block_size_;
+  v.block_size = block_size_;
+  v.num_kv_heads = shape_.num_kv_heads;
+  v.head_dim = shape_.head_dim;
+  return v;
+}
+
+int32_t KvCache::blocks_for_bytes(const KvCacheShape& shape, int32_t block_size, int64_t bytes) {
+  const int64_t per_block = shape.bytes_per_token() * block_size;
+  if (per_block <= 0 || bytes <= 0) return 0;
+  const int64_t n = bytes / per_block;
+  return static_cast<int32_t>(std::min<int64_t>(n, INT32_MAX));
+}
+
+}  // namespace pagellm

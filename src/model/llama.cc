@@ -1,0 +1,181 @@
+#include "model/llama.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace pagellm {
+
+namespace kc = kernels;
+
+kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
+  const GgufTensorInfo& t = f.tensor(name);
+  if (t.ne.size() != 2 || t.ne[0] != cols || t.ne[1] != rows) {
+    std::string shape;
+    for (int64_t d : t.ne) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    throw Error("model '" + f.path() + "': tensor '" + name + "' has shape [" + shape + "], expected [" +
+                std::to_string(cols) + ", " + std::to_string(rows) + "]");
+  }
+  switch (t.type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+      break;
+    default:
+      throw Error("model '" + f.path() + "': tensor '" + name + "' has type " + type_name(t.type) +
+                  ", which pagellm cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0)");
+  }
+  weight_bytes_ += static_cast<int64_t>(t.size_bytes);
+  return kc::WeightView{t.type, rows, cols, t.data};
+}
+
+const float* LlamaModel::bind_norm(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo& t = f.tensor(name);
+  if (t.ne.size() != 1 || t.ne[0] != config_.hidden_size || t.type != GgmlType::F32) {
+    throw Error("model '" + f.path() + "': norm tensor '" + name + "' must be f32 of [" +
+                std::to_string(config_.hidden_size) + "]");
+  }
+  if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
+    throw Error("model '" + f.path() + "': tensor '" + name + "' is not 4-byte aligned");
+  }
+  weight_bytes_ += static_cast<int64_t>(t.size_bytes);
+  return reinterpret_cast<const float*>(t.data);
+}
+
+LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool) : config_(LlamaConfig::from_gguf(f)), pool_(pool) {
+  const LlamaConfig& c = config_;
+  const int64_t q_dim = c.num_attention_heads * c.head_dim;
+  const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
+  token_embd_ = bind(f, "token_embd.weight", c.vocab_size, c.hidden_size);
+  output_norm_ = bind_norm(f, "output_norm.weight");
+  output_ = c.tie_word_embeddings ? token_embd_ : bind(f, "output.weight", c.vocab_size, c.hidden_size);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    Layer l;
+    l.attn_norm = bind_norm(f, p + "attn_norm.weight");
+    l.wq = bind(f, p + "attn_q.weight", q_dim, c.hidden_size);
+    l.wk = bind(f, p + "attn_k.weight", kv_dim, c.hidden_size);
+    l.wv = bind(f, p + "attn_v.weight", kv_dim, c.hidden_size);
+    l.wo = bind(f, p + "attn_output.weight", c.hidden_size, q_dim);
+    l.ffn_norm = bind_norm(f, p + "ffn_norm.weight");
+    l.w_gate = bind(f, p + "ffn_gate.weight", c.intermediate_size, c.hidden_size);
+    l.w_up = bind(f, p + "ffn_up.weight", c.intermediate_size, c.hidden_size);
+    l.w_down = bind(f, p + "ffn_down.weight", c.hidden_size, c.intermediate_size);
+    layers_.push_back(l);
+  }
+}
+
+KvCacheShape LlamaModel::kv_shape(GgmlType dtype) const {
+  return KvCacheShape{static_cast<int32_t>(config_.num_hidden_layers), static_cast<int32_t>(config_.num_key_value_heads),
+                      static_cast<int32_t>(config_.head_dim), dtype};
+}
+
+void LlamaModel::check_batch(const ForwardBatch& b, const KvCache& kv) const {
+  const int64_t n = b.num_tokens();
+  PAGELLM_CHECK(static_cast<int64_t>(b.positions.size()) == n && static_cast<int64_t>(b.slot_mapping.size()) == n,
+                "ForwardBatch arrays disagree on num_tokens");
+  PAGELLM_CHECK(b.num_seqs() >= 1 && b.query_start_loc.front() == 0 && b.query_start_loc.back() == n,
+                "query_start_loc must span [0, num_tokens]");
+  PAGELLM_CHECK(static_cast<int64_t>(b.block_tables.size()) == b.num_seqs() * b.max_blocks_per_seq,
+                "block_tables is not [num_seqs, max_blocks_per_seq]");
+  const int64_t num_slots = int64_t{kv.num_blocks()} * kv.block_size();
+  for (int64_t s = 0; s < b.num_seqs(); ++s) {
+    PAGELLM_CHECK(b.query_start_loc[s] <= b.query_start_loc[s + 1], "query_start_loc not monotone");
+    for (int64_t i = b.query_start_loc[s]; i < b.query_start_loc[s + 1]; ++i) {
+      PAGELLM_CHECK(b.token_ids[i] >= 0 && b.token_ids[i] < config_.vocab_size,
+                    "token id " + std::to_string(b.token_ids[i]) + " outside the vocabulary");
+      PAGELLM_CHECK(b.positions[i] >= 0 && b.positions[i] < config_.max_position_embeddings,
+                    "position " + std::to_string(b.positions[i]));
+      PAGELLM_CHECK(b.slot_mapping[i] >= 0 && b.slot_mapping[i] < num_slots, "slot outside the KV cache");
+      const int64_t last_block = b.positions[i] / kv.block_size();
+      PAGELLM_CHECK(last_block < b.max_blocks_per_seq, "position beyond the block table");
+      for (int64_t j = 0; j <= last_block; ++j) {
+        const int32_t blk = b.block_tables[s * b.max_blocks_per_seq + j];
+        PAGELLM_CHECK(blk >= 0 && blk < kv.num_blocks(), "block table entry outside the pool");
+      }
+    }
+  }
+  for (int64_t idx : b.logits_indices) PAGELLM_CHECK(idx >= 0 && idx < n, "logits index");
+}
+
+void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBatch& b, KvCache& kv_cache) {
+  const LlamaConfig& c = config_;
+  const int64_t n = b.num_tokens();
+  const int64_t q_dim = c.num_attention_heads * c.head_dim;
+  const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    kc::rms_norm(&x_[t * c.hidden_size], l.attn_norm, c.hidden_size, c.rms_norm_eps, &xn_[t * c.hidden_size]);
+  }
+  kc::matmul(l.wq, xn_.data(), n, q_.data(), pool_);
+  kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_);
+  kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_);
+  for (int64_t t = 0; t < n; ++t) {
+    kc::rope(&q_[t * q_dim], c.num_attention_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_theta);
+    kc::rope(&k_[t * kv_dim], c.num_key_value_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_theta);
+  }
+  const kc::KvLayerView view = kv_cache.layer(layer);
+  kc::write_kv(view, k_.data(), v_.data(), b.slot_mapping.data(), n);
+  kc::AttentionBatch ab;
+  ab.query_start_loc = b.query_start_loc.data();
+  ab.positions = b.positions.data();
+  ab.block_tables = b.block_tables.data();
+  ab.num_seqs = b.num_seqs();
+  ab.max_blocks_per_seq = b.max_blocks_per_seq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  kc::paged_attention(q_.data(), view, ab, c.num_attention_heads, scale, attn_.data(), pool_);
+  kc::matmul(l.wo, attn_.data(), n, out_.data(), pool_);
+  for (int64_t i = 0; i < n * c.hidden_size; ++i) x_[i] += out_[i];
+}
+
+void LlamaModel::mlp_block(const Layer& l, int64_t n) {
+  const LlamaConfig& c = config_;
+  for (int64_t t = 0; t < n; ++t) {
+    kc::rms_norm(&x_[t * c.hidden_size], l.ffn_norm, c.hidden_size, c.rms_norm_eps, &xn_[t * c.hidden_size]);
+  }
+  kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_);
+  kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_);
+  for (int64_t t = 0; t < n; ++t) {
+    float* g = &gate_[t * c.intermediate_size];
+    kc::silu_mul(g, &up_[t * c.intermediate_size], c.intermediate_size, g);
+  }
+  kc::matmul(l.w_down, gate_.data(), n, out_.data(), pool_);
+  for (int64_t i = 0; i < n * c.hidden_size; ++i) x_[i] += out_[i];
+}
+
+void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, std::vector<float>& logits) {
+  check_batch(b, kv_cache);
+  const LlamaConfig& c = config_;
+  const int64_t n = b.num_tokens();
+  x_.resize(n * c.hidden_size);
+  xn_.resize(n * c.hidden_size);
+  out_.resize(n * c.hidden_size);
+  q_.resize(n * c.num_attention_heads * c.head_dim);
+  attn_.resize(q_.size());
+  k_.resize(n * c.num_key_value_heads * c.head_dim);
+  v_.resize(k_.size());
+  gate_.resize(n * c.intermediate_size);
+  up_.resize(gate_.size());
+
+  const int64_t emb_row_bytes = token_embd_.row_bytes();
+  for (int64_t t = 0; t < n; ++t) {
+    const auto* row = static_cast<const uint8_t*>(token_embd_.data) + b.token_ids[t] * emb_row_bytes;
+    kc::dequantize_row(token_embd_.type, row, c.hidden_size, &x_[t * c.hidden_size]);
+  }
+  for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {
+    attention_block(layers_[i], i, b, kv_cache);
+    mlp_block(layers_[i], n);
+  }
+  // Final norm only for the rows whose logits are wanted.
+  const int64_t num_logits = static_cast<int64_t>(b.logits_indices.size());
+  for (int64_t j = 0; j < num_logits; ++j) {
+    kc::rms_norm(&x_[b.logits_indices[j] * c.hidden_size], output_norm_, c.hidden_size, c.rms_norm_eps,
+                 &xn_[j * c.hidden_size]);
+  }
+  logits.resize(num_logits * c.vocab_size);
+  kc::matmul(output_, xn_.data(), num_logits, logits.data(), pool_);
+}
+
+}  // namespace pagellm

@@ -1,0 +1,66 @@
+// Llama-family decoder-only transformer (Touvron et al. 2023, "LLaMA"; GQA: Ainslie et al. 2023):
+//   x = embed(tokens)
+//   per layer: x += Wo · attn(rope(Wq·rms(x)), rope(Wk·rms(x)), Wv·rms(x))      (causal, paged KV)
+//              x += Wdown · (silu(Wgate·rms(x)) * Wup·rms(x))                    (SwiGLU, Shazeer 2020)
+//   logits = Wout · rms(x)
+// Weights are used in place from the memory-mapped GGUF file (ggml names: token_embd, blk.N.attn_q,
+// ..., output_norm, output). Reference: llama.cpp src/models/llama.cpp; llama2.c run.c.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "format/gguf.h"
+#include "kernels/cpu/ops.h"
+#include "kv/kv_cache.h"
+#include "model/forward_batch.h"
+#include "model/llama_config.h"
+
+namespace pagellm {
+
+class LlamaModel {
+ public:
+  // Binds the weights of `file` (which must outlive the model). Throws pagellm::Error naming the
+  // tensor for a missing tensor, a wrong shape or an unsupported dtype.
+  LlamaModel(const GgufFile& file, ThreadPool* pool);
+
+  const LlamaConfig& config() const { return config_; }
+  // Shape of the KV cache this model needs, with the given element type (F32 or F16).
+  KvCacheShape kv_shape(GgmlType dtype) const;
+  // Bytes of all weights.
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+  // One forward pass over a flat batch (see ForwardBatch). Writes every token's K/V into
+  // kv_cache at batch.slot_mapping, then attends through batch.block_tables.
+  //   logits: [batch.logits_indices.size(), vocab_size] f32, resized.
+  // Preconditions (checked): token ids in [0, vocab), positions < max_position_embeddings, slots
+  // inside the cache. The caller guarantees earlier positions of each sequence are already cached.
+  void forward(const ForwardBatch& batch, KvCache& kv_cache, std::vector<float>& logits);
+
+ private:
+  struct Layer {
+    const float* attn_norm;  // [hidden]
+    kernels::WeightView wq, wk, wv, wo;
+    const float* ffn_norm;   // [hidden]
+    kernels::WeightView w_gate, w_up, w_down;
+  };
+  kernels::WeightView bind(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols);
+  const float* bind_norm(const GgufFile& f, const std::string& name);
+  void check_batch(const ForwardBatch& batch, const KvCache& kv_cache) const;
+  void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache);
+  void mlp_block(const Layer& l, int64_t num_tokens);
+
+  LlamaConfig config_;
+  ThreadPool* pool_;
+  kernels::WeightView token_embd_;  // [vocab, hidden]
+  kernels::WeightView output_;      // [vocab, hidden]
+  const float* output_norm_ = nullptr;
+  std::vector<Layer> layers_;
+  int64_t weight_bytes_ = 0;
+
+  // Scratch, resized per call: [num_tokens, *] f32.
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_;
+};
+
+}  // namespace pagellm
