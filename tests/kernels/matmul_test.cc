@@ -73,8 +73,13 @@ TEST_P(MatmulTest, FastMatchesReferenceAndExact) {
         ASSERT_EQ(std::memcmp(y_fast.data(), y_fast_st.data(), y_fast.size() * 4), 0) << "thread count changed bits";
         const int64_t terms = is_quant(type) ? cols / 32 + 16 : cols / 32 + 40;
         for (int64_t t = 0; t < num_tokens; ++t) {
-          const std::vector<float> xt = is_quant(type) ? q8_roundtrip(x.data() + t * cols, cols)
-                                                       : std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+          std::vector<float> xt = is_quant(type) ? q8_roundtrip(x.data() + t * cols, cols)
+                                                 : std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+          // F16 / BF16 weights see activations rounded to their own type (ggml's vec_dot_type).
+          for (float& v : xt) {
+            if (type == GgmlType::F16) v = fp16_to_fp32(fp32_to_fp16(v));
+            if (type == GgmlType::BF16) v = bf16_to_fp32(fp32_to_bf16(v));
+          }
           for (int64_t r = 0; r < rows; ++r) {
             const Exact e = exact_dot(w, r, xt.data());
             const double tol = terms * kEps * e.abs + 1e-30;

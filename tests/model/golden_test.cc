@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/gguf.h"
+#include "kernels/cpu/cpu_features.h"
 #include "model/llama.h"
 #include "model_harness.h"
 #include "test_util.h"
@@ -114,8 +115,7 @@ TEST_F(GoldenF32, ChunkedPrefillIsBitIdentical) {
 }
 
 // Quantized and F16 files: count how many leading greedy tokens agree with llama.cpp's own
-// results for those files (reported in the README; asserted only loosely here since the
-// quantized ids are the oracle's behaviour, not ground truth).
+// results for those files (reported in the README).
 TEST(GoldenQuantized, LeadingAgreementWithLlamaCpp) {
   const json golden = load_golden();
   ThreadPool pool(2);
@@ -136,8 +136,16 @@ TEST(GoldenQuantized, LeadingAgreementWithLlamaCpp) {
     }
     std::printf("[ golden ] %s: leading tokens agreeing with llama.cpp per prompt:%s (total %d/%d)\n", kind,
                 per_prompt.c_str(), total_agree, total);
-    if (std::string(kind) == "f16") EXPECT_EQ(total_agree, total);
-    EXPECT_GT(total_agree, total / 4) << kind;
+    // Measured: every token agrees for all three files, since the kernels follow ggml's
+    // arithmetic (f16-rounded activations for F16 weights, q8_0 activations with x86 rounding for
+    // quantized ones). A kernel change that breaks this must be explained, not tolerated.
+    // The scalar fallback (no AVX2, or PAGELLM_NO_AVX2=1) sums the quantized blocks in another
+    // order than ggml's x86 kernels, so there only most tokens are required to agree.
+    if (kernels::use_avx2()) {
+      EXPECT_EQ(total_agree, total) << kind;
+    } else {
+      EXPECT_GT(total_agree, total / 2) << kind;
+    }
   }
 }
 

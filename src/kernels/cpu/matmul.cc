@@ -82,8 +82,14 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   if (is_quantized(type)) {
     x_stride = cols / kQK8_0;
     xq.resize(static_cast<size_t>(num_tokens * x_stride));
-    for (int64_t t = 0; t < num_tokens; ++t) quantize_row_q8_0(x + t * cols, cols, xq.data() + t * x_stride);
+    for (int64_t t = 0; t < num_tokens; ++t) quantize_row_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
     xa = xq.data();
+  }
+  thread_local std::vector<float> xr;
+  if (type == GgmlType::F16 || type == GgmlType::BF16) {
+    xr.resize(static_cast<size_t>(num_tokens * cols));
+    round_activations(type, x, num_tokens * cols, xr.data());
+    xa = xr.data();
   }
   const auto* wbase = static_cast<const uint8_t*>(w.data);
   const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / row_bytes);

@@ -64,7 +64,7 @@ void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* 
     const int64_t nb = cols / kQK8_0;
     std::vector<BlockQ8_0> xq(static_cast<size_t>(nb));
     for (int64_t t = 0; t < num_tokens; ++t) {
-      quantize_row_q8_0(x + t * cols, cols, xq.data());
+      quantize_row_q8_0_activations(x + t * cols, cols, xq.data());
       for (int64_t r = 0; r < rows; ++r) {
         const void* wr = base + r * rb;
         y[t * rows + r] = w.type == GgmlType::Q8_0
@@ -74,10 +74,12 @@ void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* 
     }
     return;
   }
+  std::vector<float> xr(static_cast<size_t>(cols));
   for (int64_t t = 0; t < num_tokens; ++t) {
+    round_activations(w.type, x + t * cols, cols, xr.data());
     for (int64_t r = 0; r < rows; ++r) {
       const void* wr = base + r * rb;
-      const float* xt = x + t * cols;
+      const float* xt = xr.data();
       float v = 0.0f;
       switch (w.type) {
         case GgmlType::F32: v = ref::dot_f32(static_cast<const float*>(wr), xt, cols); break;

@@ -33,6 +33,11 @@ void dequantize_row(GgmlType type, const void* row, int64_t cols, float* out);
 // Reference quantizers (round to nearest, as ggml's quantize_row_*_ref): n % 32 == 0.
 void quantize_row_q8_0(const float* x, int64_t n, void* out);
 void quantize_row_q4_0(const float* x, int64_t n, void* out);
+// Activation quantizer of the quantized matmuls: the arithmetic of ggml's x86 quantize_row_q8_0
+// (id = 127 / amax, round half to even), so that Q8_0/Q4_0 logits track llama.cpp's on x86.
+// It differs from quantize_row_q8_0 (weights: id = 1 / d, round half away from zero) in the last
+// bit of a few quants.
+void quantize_row_q8_0_activations(const float* x, int64_t n, void* out);
 
 // ---- matmul ------------------------------------------------------------------------------
 // y[t, r] = sum_c w[r, c] * x[t, c].
@@ -44,6 +49,10 @@ void quantize_row_q4_0(const float* x, int64_t n, void* out);
 // same products; it differs from matmul only by float re-association.
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool);
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y);
+// F16 / BF16 weights multiply activations rounded to the weight's type (ggml's vec_dot_type for
+// those types), accumulating in f32: out[i] = float(half(x[i])) or float(bf16(x[i])), i in [0, n).
+// This keeps logits on F16 files equal to llama.cpp's (tests/model/golden_test.cc).
+void round_activations(GgmlType type, const float* x, int64_t n, float* out);
 
 // ---- element-wise / row ops --------------------------------------------------------------
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i], i in [0, n). out may alias x.

@@ -68,6 +68,30 @@ void quantize_row_q8_0(const float* x, int64_t n, void* out) {
   }
 }
 
+void round_activations(GgmlType type, const float* x, int64_t n, float* out) {
+  if (type == GgmlType::F16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+  } else if (type == GgmlType::BF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(fp32_to_bf16(x[i]));
+  } else {
+    std::copy(x, x + n, out);
+  }
+}
+
+void quantize_row_q8_0_activations(const float* x, int64_t n, void* out) {
+  PAGELLM_CHECK(n % kQK8_0 == 0, "q8_0 row of " + std::to_string(n));
+  auto* y = static_cast<BlockQ8_0*>(out);
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float* xb = x + i * kQK8_0;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    y[i].d = fp32_to_fp16(amax / 127.0f);
+    // Round half to even (the default FP rounding mode), as the vector round instruction does.
+    for (int j = 0; j < kQK8_0; ++j) y[i].qs[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+  }
+}
+
 void quantize_row_q4_0(const float* x, int64_t n, void* out) {
   PAGELLM_CHECK(n % kQK4_0 == 0, "q4_0 row of " + std::to_string(n));
   auto* y = static_cast<BlockQ4_0*>(out);
