@@ -12,7 +12,11 @@ PACKAGES=(
   nlohmann-json3-dev                             # JSON (CLI --json, golden data)
   libcli11-dev                                   # command-line parsing
   clang libclang-rt-14-dev                       # libFuzzer target (optional), sanitizer runtime
+  libboost-dev                                   # HTTP server and client: Boost.Beast + Asio (header-only)
 )
+# Node.js + npm run the API compatibility tests with the official `openai` npm client; the machine
+# image may already ship them (outside dpkg's view of the Debian packages), so only add if absent.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

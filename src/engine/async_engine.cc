@@ -1,0 +1,189 @@
+#include "engine/async_engine.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "engine/engine_core.h"
+
+namespace pagellm {
+
+struct AsyncEngine::Impl {
+  explicit Impl(LLM& llm, const SchedulerConfig& c)
+      : config(c), core(llm, SchedulerLimits{c.max_num_seqs, c.max_num_batched_tokens}) {}
+
+  struct Command {
+    enum class Kind { kAdd, kAbort } kind = Kind::kAdd;
+    EngineRequest request;  // kAdd
+    Sink sink;              // kAdd
+    std::string id;         // kAbort
+  };
+
+  SchedulerConfig config;
+  EngineCore core;                                   // engine thread only
+  std::unordered_map<std::string, Sink> sinks;       // engine thread only
+  mutable std::mutex mu;                             // guards everything below
+  std::condition_variable cv;
+  std::deque<Command> inbox;
+  int64_t num_queued = 0;                            // adds in the inbox + waiting in the scheduler
+  int64_t num_live = 0;                              // accepted requests whose final output is not out
+  bool stop = false;
+  bool draining = false;
+  EngineStats stats;
+  std::thread thread;
+
+  void deliver(const RequestOutput& out) {
+    auto it = sinks.find(out.request_id);
+    if (it == sinks.end()) return;
+    Sink sink = it->second;
+    if (out.finished) {
+      sinks.erase(it);
+      finished_one();
+    }
+    sink(out);
+  }
+
+  void finished_one() {
+    std::lock_guard<std::mutex> lock(mu);
+    --num_live;
+  }
+
+  void apply(Command& c) {
+    if (c.kind == Command::Kind::kAdd) {
+      const std::string id = c.request.request_id;
+      try {
+        core.add_request(c.request);
+        sinks[id] = std::move(c.sink);
+      } catch (const Error& e) {  // validated again by the core: report as an aborted request
+        RequestOutput out;
+        out.request_id = id;
+        out.finished = true;
+        out.finish_reason = "abort";
+        out.stop_reason = e.what();
+        finished_one();
+        c.sink(out);
+      }
+    } else if (auto out = core.abort_request(c.id)) {
+      deliver(*out);
+    }
+  }
+
+  void publish_stats() {
+    std::lock_guard<std::mutex> lock(mu);
+    const Scheduler& s = core.scheduler();
+    const BlockPool& pool = core.llm().kv_manager().pool();
+    stats.num_running = s.num_running();
+    stats.num_waiting = s.num_waiting();
+    stats.num_blocks = pool.num_blocks();
+    stats.num_free_blocks = pool.num_free_blocks();
+    stats.kv_cache_usage = pool.usage();
+    stats.block_size = core.llm().kv_cache().block_size();
+    stats.num_preemptions = s.num_preemptions();
+    stats.prompt_tokens = core.counters().prompt_tokens;
+    stats.generation_tokens = core.counters().generation_tokens;
+    stats.num_steps = core.counters().num_steps;
+    num_queued = static_cast<int64_t>(inbox.size()) + s.num_waiting();
+  }
+
+  void loop() {
+    for (;;) {
+      std::deque<Command> cmds;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || !inbox.empty() || core.has_work(); });
+        if (stop && inbox.empty()) break;
+        cmds.swap(inbox);
+      }
+      for (Command& c : cmds) apply(c);
+      if (core.has_work()) {
+        for (const RequestOutput& out : core.step()) deliver(out);
+      }
+      publish_stats();
+    }
+    // Shutdown: abort whatever is left.
+    std::vector<std::string> ids;
+    for (const auto& [id, sink] : sinks) ids.push_back(id);
+    for (const std::string& id : ids) {
+      if (auto out = core.abort_request(id)) deliver(*out);
+    }
+    publish_stats();
+  }
+};
+
+AsyncEngine::AsyncEngine(std::unique_ptr<LLM> llm, const SchedulerConfig& config) : llm_(std::move(llm)) {
+  if (config.max_num_seqs < 1 || config.max_num_batched_tokens < 1 || config.max_waiting < 1) {
+    throw Error("max_num_seqs, max_num_batched_tokens and max_waiting must be positive");
+  }
+  impl_ = std::make_unique<Impl>(*llm_, config);
+  impl_->publish_stats();
+  impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+AsyncEngine::~AsyncEngine() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void AsyncEngine::add_request(EngineRequest request, Sink sink) {
+  if (request.arrival_time == 0) request.arrival_time = engine_now();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->draining || impl_->stop) throw Error("the server is shutting down");
+    if (impl_->num_queued >= impl_->config.max_waiting) {
+      throw QueueFull("the waiting queue is full (" + std::to_string(impl_->config.max_waiting) + " requests)");
+    }
+    ++impl_->num_queued;
+    ++impl_->num_live;
+    Impl::Command c;
+    c.kind = Impl::Command::Kind::kAdd;
+    c.request = std::move(request);
+    c.sink = std::move(sink);
+    impl_->inbox.push_back(std::move(c));
+  }
+  impl_->cv.notify_all();
+}
+
+void AsyncEngine::abort_request(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    Impl::Command c;
+    c.kind = Impl::Command::Kind::kAbort;
+    c.id = request_id;
+    impl_->inbox.push_back(std::move(c));
+  }
+  impl_->cv.notify_all();
+}
+
+void AsyncEngine::drain(double drain_seconds) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->draining = true;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_seconds);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      if (impl_->num_live == 0) return;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Time is up: stop the loop, which aborts the rest (each sink gets a final "abort").
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+EngineStats AsyncEngine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+}  // namespace pagellm

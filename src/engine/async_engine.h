@@ -1,0 +1,87 @@
+// The engine loop on its own thread, and the two queues through which the rest of the program
+// meets it: requests / aborts in, output deltas out (../shared/DESIGN.md, "Threads").
+//
+//   server thread(s)                       engine thread
+//   add_request(req, sink) ──► inbox ──►   step(): schedule -> forward -> sample -> update
+//   abort_request(id)      ──► inbox       sink(RequestOutput) for every request with news
+//
+// Sinks are called on the engine thread and must not block: post the output to your own thread
+// (e.g. an asio strand) and return.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "engine/engine_types.h"
+#include "engine/llm.h"
+
+namespace pagellm {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 64;              // running requests per step
+  int64_t max_num_batched_tokens = 512;   // tokens per forward pass (decodes + prefill chunks)
+  int32_t max_waiting = 1024;             // add_request fails with QueueFull beyond this
+};
+
+// Snapshot of engine gauges and counters for /metrics (read from any thread).
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t num_blocks = 0;
+  int64_t num_free_blocks = 0;
+  double kv_cache_usage = 0;             // fraction of blocks held, [0, 1]
+  int64_t block_size = 0;
+  int64_t num_preemptions = 0;           // total since start
+  int64_t prompt_tokens = 0;             // total prompt tokens computed (recomputes included)
+  int64_t generation_tokens = 0;         // total tokens sampled
+  int64_t num_steps = 0;
+};
+
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+class AsyncEngine {
+ public:
+  using Sink = std::function<void(const RequestOutput&)>;
+
+  // Takes the loaded model; starts the engine thread.
+  AsyncEngine(std::unique_ptr<LLM> llm, const SchedulerConfig& config);
+  ~AsyncEngine();  // stops the thread; unfinished requests get a final "abort" output
+
+  // Thread-safe. Throws QueueFull when max_waiting requests are already waiting, and
+  // pagellm::Error for an invalid request (empty prompt, prompt + 1 beyond the context, bad id).
+  void add_request(EngineRequest request, Sink sink);
+  // Thread-safe; unknown or finished ids are ignored. The request's blocks are freed within the
+  // next step and its sink gets a final output with finish_reason "abort".
+  void abort_request(const std::string& request_id);
+
+  // Stop admitting (add_request throws Error "shutting down"), wait up to drain_seconds for
+  // running and waiting requests to finish, then abort the rest. Returns when the loop is idle.
+  void drain(double drain_seconds);
+
+  EngineStats stats() const;
+  const LLM& llm() const { return *llm_; }
+  const Tokenizer& tokenizer() const { return llm_->tokenizer(); }
+  int64_t max_model_len() const { return llm_->model().config().max_position_embeddings; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<LLM> llm_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Steady-clock seconds (the clock of every RequestTimes field).
+double engine_now();
+
+}  // namespace pagellm

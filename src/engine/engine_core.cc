@@ -1,0 +1,156 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "engine/model_runner.h"
+
+namespace pagellm {
+
+double engine_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+EngineCore::EngineCore(LLM& llm, const SchedulerLimits& limits)
+    : llm_(llm), scheduler_(limits, llm.kv_manager()) {
+  const int64_t pool_tokens = int64_t{llm.kv_cache().num_blocks()} * llm.kv_cache().block_size();
+  max_total_tokens_ = std::min<int64_t>(llm.model().config().max_position_embeddings, pool_tokens);
+}
+
+void EngineCore::add_request(const EngineRequest& req) {
+  const int64_t vocab = llm_.model().config().vocab_size;
+  if (req.prompt_token_ids.empty()) throw Error("the prompt has no tokens");
+  for (int32_t id : req.prompt_token_ids) {
+    if (id < 0 || id >= vocab) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
+  }
+  const auto n_prompt = static_cast<int64_t>(req.prompt_token_ids.size());
+  if (n_prompt + 1 > max_total_tokens_) {
+    throw Error("the prompt has " + std::to_string(n_prompt) + " tokens; at most " +
+                std::to_string(max_total_tokens_ - 1) + " fit (context length and KV cache)");
+  }
+  if (req.max_tokens < 1) throw Error("max_tokens must be at least 1");
+  if (states_.count(req.request_id) != 0) throw Error("duplicate request id '" + req.request_id + "'");
+  req.sampling.validate(static_cast<int32_t>(vocab));
+
+  auto r = std::make_unique<Request>();
+  r->request_id = req.request_id;
+  r->priority = req.priority;
+  r->arrival_time = req.arrival_time > 0 ? req.arrival_time : engine_now();
+  r->prompt_token_ids = req.prompt_token_ids;
+  r->max_tokens = static_cast<int32_t>(std::min<int64_t>(req.max_tokens, max_total_tokens_ - n_prompt));
+  State st{req, std::make_unique<Sampler>(req.sampling), IncrementalDetokenizer(req.stop), RequestTimes{}};
+  st.times.arrival = r->arrival_time;
+  states_.emplace(req.request_id, std::move(st));
+  scheduler_.add_request(std::move(r));
+}
+
+RequestOutput EngineCore::finish(const std::string& id, RequestStatus status, RequestOutput out, double now) {
+  std::unique_ptr<Request> r = scheduler_.finish_request(id, status);
+  State& st = states_.at(id);
+  out.delta_text += st.detok.flush();  // text held back for a stop string that never completed
+  st.times.finished = now;
+  out.finished = true;
+  out.finish_reason = finish_reason(status);
+  out.num_generated_tokens = static_cast<int32_t>(r->output_token_ids.size());
+  out.num_prompt_tokens = static_cast<int32_t>(r->prompt_token_ids.size());
+  out.times = st.times;
+  states_.erase(id);
+  return out;
+}
+
+std::optional<RequestOutput> EngineCore::abort_request(const std::string& id) {
+  if (states_.count(id) == 0) return std::nullopt;
+  RequestOutput out;
+  out.request_id = id;
+  return finish(id, RequestStatus::kFinishedAborted, std::move(out), engine_now());
+}
+
+void EngineCore::postprocess(const ScheduledRequest& s, const float* logits, double now, RequestOutput& out) {
+  Request& r = *s.request;
+  State& st = states_.at(r.request_id);
+  const int64_t vocab = llm_.model().config().vocab_size;
+  const std::span<const float> row(logits, static_cast<size_t>(vocab));
+  int32_t tok;
+  if (st.params.sampling.logprobs >= 0) {
+    SampleResult res = st.sampler->sample_with_logprobs(row, r.prompt_token_ids, r.output_token_ids);
+    tok = res.token_id;
+    out.new_logprobs.push_back(std::move(res));
+  } else {
+    tok = st.sampler->sample(row, r.prompt_token_ids, r.output_token_ids);
+  }
+  r.output_token_ids.push_back(tok);
+  out.new_token_ids.push_back(tok);
+  ++counters_.generation_tokens;
+  if (st.times.first_token == 0) {
+    st.times.first_token = now;
+    st.times.prefill_seconds = now - st.times.first_scheduled;
+  }
+  st.times.last_token = now;
+
+  const Tokenizer& tk = llm_.tokenizer();
+  const bool eos = !st.params.ignore_eos && tk.is_eog(tok);
+  const bool stop_id = std::find(st.params.stop_token_ids.begin(), st.params.stop_token_ids.end(), tok) !=
+                       st.params.stop_token_ids.end();
+  if (eos || stop_id) {
+    if (stop_id) out.stop_reason = std::to_string(tok);
+    out = finish(r.request_id, RequestStatus::kFinishedStopped, std::move(out), now);
+    return;
+  }
+  IncrementalDetokenizer::Delta d = st.detok.push(tk.token_to_piece(tok));
+  out.delta_text += d.text;
+  if (d.stop_hit) {
+    out.stop_reason = d.stop_hit;
+    out = finish(r.request_id, RequestStatus::kFinishedStopped, std::move(out), now);
+  } else if (static_cast<int64_t>(r.output_token_ids.size()) >= r.max_tokens) {
+    out = finish(r.request_id, RequestStatus::kFinishedLength, std::move(out), now);
+  }
+}
+
+std::vector<RequestOutput> EngineCore::step() {
+  std::vector<RequestOutput> outputs;
+  const SchedulerOutput so = scheduler_.schedule();
+  if (so.scheduled.empty()) return outputs;
+  const double t_sched = engine_now();
+  std::vector<std::vector<int32_t>> chunks(so.scheduled.size());
+  std::vector<ScheduledSeq> seqs;
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& s = so.scheduled[i];
+    Request& r = *s.request;
+    State& st = states_.at(r.request_id);
+    if (st.times.first_scheduled == 0) st.times.first_scheduled = t_sched;
+    for (int64_t p = r.num_computed_tokens; p < r.num_computed_tokens + s.num_scheduled_tokens; ++p) {
+      chunks[i].push_back(r.token_at(p));
+    }
+    seqs.push_back(ScheduledSeq{&llm_.kv_manager().block_table(r.request_id), chunks[i], r.num_computed_tokens,
+                                s.samples()});
+  }
+  llm_.model().forward(build_forward_batch(seqs, llm_.kv_cache().block_size()), llm_.kv_cache(), logits_);
+  ++counters_.num_steps;
+  // Sampling decisions are taken before num_computed_tokens advances.
+  std::vector<bool> samples(so.scheduled.size());
+  for (size_t i = 0; i < so.scheduled.size(); ++i) samples[i] = so.scheduled[i].samples();
+  scheduler_.on_step_done(so);
+  const double now = engine_now();
+  const int64_t vocab = llm_.model().config().vocab_size;
+  int64_t row = 0;
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& s = so.scheduled[i];
+    counters_.prompt_tokens += s.num_scheduled_tokens - (samples[i] ? 1 : 0);
+    if (!samples[i]) continue;
+    RequestOutput out;
+    out.request_id = s.request->request_id;
+    out.num_prompt_tokens = static_cast<int32_t>(s.request->num_prompt_tokens());
+    const std::string id = s.request->request_id;
+    postprocess(s, logits_.data() + row * vocab, now, out);
+    ++row;
+    if (!out.finished) {
+      out.num_generated_tokens = static_cast<int32_t>(s.request->output_token_ids.size());
+      out.times = states_.at(id).times;
+    }
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
+}
+
+}  // namespace pagellm

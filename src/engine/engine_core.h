@@ -1,0 +1,61 @@
+// The synchronous engine: one step = schedule -> build the flat batch -> forward -> sample ->
+// update (append tokens, detokenize, stop checks, free finished requests' blocks in the same
+// step). Single-threaded; AsyncEngine runs it on the engine thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/detokenizer.h"
+#include "engine/engine_types.h"
+#include "engine/llm.h"
+#include "sample/sampler.h"
+#include "sched/scheduler.h"
+
+namespace pagellm {
+
+struct EngineCounters {
+  int64_t num_steps = 0;
+  int64_t prompt_tokens = 0;      // tokens computed that were not sampled (prefill and recompute)
+  int64_t generation_tokens = 0;  // tokens sampled
+};
+
+class EngineCore {
+ public:
+  EngineCore(LLM& llm, const SchedulerLimits& limits);
+
+  // Validates and queues a request. Throws pagellm::Error (empty prompt, out-of-vocabulary id,
+  // duplicate id, prompt that cannot fit the context or the whole KV pool, bad sampling params).
+  void add_request(const EngineRequest& request);
+  // Finishes a live request with "abort" and frees its blocks now; returns its final output
+  // (nullopt for an unknown id).
+  std::optional<RequestOutput> abort_request(const std::string& request_id);
+  // One step. Returns an output for every request that got a token or finished.
+  std::vector<RequestOutput> step();
+
+  bool has_work() const { return scheduler_.has_work(); }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const EngineCounters& counters() const { return counters_; }
+  LLM& llm() { return llm_; }
+
+ private:
+  struct State {  // per live request, beside the scheduler's Request
+    EngineRequest params;
+    std::unique_ptr<Sampler> sampler;
+    IncrementalDetokenizer detok;
+    RequestTimes times;
+  };
+  void postprocess(const ScheduledRequest& s, const float* logits, double now, RequestOutput& out);
+  RequestOutput finish(const std::string& id, RequestStatus status, RequestOutput out, double now);
+
+  LLM& llm_;
+  Scheduler scheduler_;
+  std::unordered_map<std::string, State> states_;
+  EngineCounters counters_;
+  int64_t max_total_tokens_;  // min(context length, whole KV pool in tokens)
+  std::vector<float> logits_;
+};
+
+}  // namespace pagellm

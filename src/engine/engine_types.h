@@ -1,0 +1,53 @@
+// Requests into the engine and outputs out of it. The HTTP server and the CLI speak to the engine
+// only through these types and AsyncEngine (engine/async_engine.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sample/sampler.h"
+#include "sample/sampling_params.h"
+
+namespace pagellm {
+
+// One sequence to generate. (n > 1 is fanned out by the caller into n requests.)
+struct EngineRequest {
+  std::string request_id;                 // unique among live requests
+  std::vector<int32_t> prompt_token_ids;  // non-empty, ids < vocab_size
+  SamplingParams sampling;                // validated by the caller (SamplingParams::validate)
+  int32_t max_tokens = 16;                // new tokens, >= 1; also capped by the context length
+  std::vector<std::string> stop;          // stop strings: never returned in text
+  std::vector<int32_t> stop_token_ids;    // finish with "stop" when sampled (token not in text)
+  bool ignore_eos = false;
+  int32_t priority = 0;                   // lower value runs first; ties FCFS (vLLM convention)
+  double arrival_time = 0;                // seconds, steady clock (engine sets it if 0)
+};
+
+// Timestamps of one request, seconds on the steady clock (0 = not yet).
+struct RequestTimes {
+  double arrival = 0;
+  double first_scheduled = 0;   // left the waiting queue the first time
+  double first_token = 0;
+  double last_token = 0;
+  double finished = 0;
+  double prefill_seconds = 0;   // first_scheduled -> first token
+};
+
+// A delta for one request: what is new since the previous output of that request.
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;          // sampled this step (may be > delta_text)
+  std::vector<SampleResult> new_logprobs;      // one per new token when sampling.logprobs >= 0
+  std::string delta_text;                      // complete UTF-8, stop strings withheld/removed
+  bool finished = false;
+  std::string finish_reason;                   // "stop" | "length" | "abort" when finished
+  std::optional<std::string> stop_reason;      // the stop string or token id text that matched
+  int32_t num_prompt_tokens = 0;
+  int32_t num_generated_tokens = 0;            // total so far
+  int32_t num_cached_tokens = 0;               // prompt tokens served from the prefix cache
+  RequestTimes times;
+};
+
+}  // namespace pagellm

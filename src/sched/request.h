@@ -1,0 +1,44 @@
+// A request as the scheduler sees it: tokens, how many of them have K/V in the cache, and a state.
+//
+// Tokens, not phases (vLLM v1): each step the scheduler grants a request
+// num_scheduled_tokens <= num_tokens() - num_computed_tokens. A fresh prompt, a prefill chunk, a
+// decode token and the recompute of a preempted request are all that same rule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pagellm {
+
+enum class RequestStatus {
+  kWaiting,           // in the waiting queue, never run or preempted (then num_computed_tokens = 0)
+  kRunning,           // holds KV blocks; in the running list
+  kFinishedStopped,   // EOS, a stop token or a stop string
+  kFinishedLength,    // max_tokens or the context length
+  kFinishedAborted,   // client abort or shutdown
+};
+
+const char* finish_reason(RequestStatus s);  // "stop" | "length" | "abort" | "" (not finished)
+bool is_finished(RequestStatus s);
+
+struct Request {
+  std::string request_id;
+  int32_t priority = 0;       // lower runs first
+  double arrival_time = 0;    // seconds; FCFS among equal priorities
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<int32_t> output_token_ids;
+  int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  int32_t max_tokens = 0;           // new tokens allowed (already capped to the context)
+  RequestStatus status = RequestStatus::kWaiting;
+  int32_t num_preemptions = 0;
+
+  int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
+  int64_t num_tokens() const { return num_prompt_tokens() + static_cast<int64_t>(output_token_ids.size()); }
+  // Token at position i of prompt + output.
+  int32_t token_at(int64_t i) const {
+    return i < num_prompt_tokens() ? prompt_token_ids[i] : output_token_ids[i - num_prompt_tokens()];
+  }
+};
+
+}  // namespace pagellm

@@ -1,0 +1,146 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagellm {
+
+const char* finish_reason(RequestStatus s) {
+  switch (s) {
+    case RequestStatus::kFinishedStopped: return "stop";
+    case RequestStatus::kFinishedLength: return "length";
+    case RequestStatus::kFinishedAborted: return "abort";
+    case RequestStatus::kWaiting:
+    case RequestStatus::kRunning: return "";
+  }
+  return "";
+}
+
+bool is_finished(RequestStatus s) { return *finish_reason(s) != '\0'; }
+
+Scheduler::Scheduler(const SchedulerLimits& limits, KvCacheManager& kv) : limits_(limits), kv_(kv) {
+  PAGELLM_CHECK(limits.max_num_seqs > 0 && limits.max_num_batched_tokens > 0, "scheduler limits must be positive");
+}
+
+bool Scheduler::better(const Request* a, const Request* b) {
+  if (a->priority != b->priority) return a->priority < b->priority;
+  if (a->arrival_time != b->arrival_time) return a->arrival_time < b->arrival_time;
+  return a->request_id < b->request_id;
+}
+
+void Scheduler::insert_waiting(Request* r) {
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), r, better), r);
+}
+
+void Scheduler::add_request(std::unique_ptr<Request> request) {
+  PAGELLM_CHECK(request->status == RequestStatus::kWaiting && request->num_computed_tokens == 0,
+                "new request must be waiting and uncomputed");
+  PAGELLM_CHECK(!request->prompt_token_ids.empty(), "empty prompt");
+  PAGELLM_CHECK(requests_.count(request->request_id) == 0, "duplicate request id " + request->request_id);
+  Request* r = request.get();
+  requests_[r->request_id] = std::move(request);
+  insert_waiting(r);
+}
+
+Request* Scheduler::find(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::preempt(Request* r) {
+  kv_.free(r->request_id);
+  r->num_computed_tokens = 0;
+  r->status = RequestStatus::kWaiting;
+  ++r->num_preemptions;
+  ++num_preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  insert_waiting(r);
+}
+
+// Step 1. Returns false when a preemption happened (then no waiting request is admitted).
+bool Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
+  bool preempted_any = false;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Request* r = running_[i];
+    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    if (n <= 0) continue;
+    bool self_preempted = false;
+    while (!kv_.allocate_slots(r->request_id, r->num_computed_tokens + n)) {
+      Request* victim = running_.back();
+      out.preempted.push_back(victim->request_id);
+      preempted_any = true;
+      preempt(victim);
+      if (victim == r) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    out.scheduled.push_back(ScheduledRequest{r, n});
+    budget -= n;
+  }
+  return !preempted_any;
+}
+
+// Step 2: admit waiting requests in order with prefill chunks.
+void Scheduler::schedule_waiting(SchedulerOutput& out, int64_t& budget) {
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < limits_.max_num_seqs) {
+    Request* r = waiting_.front();
+    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    if (!kv_.allocate_slots(r->request_id, r->num_computed_tokens + n)) break;
+    waiting_.erase(waiting_.begin());
+    r->status = RequestStatus::kRunning;
+    running_.insert(std::upper_bound(running_.begin(), running_.end(), r, better), r);
+    out.scheduled.push_back(ScheduledRequest{r, n});
+    budget -= n;
+  }
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int64_t budget = limits_.max_num_batched_tokens;
+  if (schedule_running(out, budget)) schedule_waiting(out, budget);
+  // A request preempted after being granted tokens earlier in this step cannot happen: victims
+  // are taken from the back, behind every request already granted.
+  for (const ScheduledRequest& s : out.scheduled) out.num_scheduled_tokens += s.num_scheduled_tokens;
+  return out;
+}
+
+void Scheduler::on_step_done(const SchedulerOutput& out) {
+  for (const ScheduledRequest& s : out.scheduled) {
+    s.request->num_computed_tokens += s.num_scheduled_tokens;
+    PAGELLM_CHECK(s.request->num_computed_tokens <= s.request->num_tokens(), "computed past the tokens");
+  }
+}
+
+std::unique_ptr<Request> Scheduler::finish_request(const std::string& request_id, RequestStatus status) {
+  PAGELLM_CHECK(is_finished(status), "finish_request needs a finished status");
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return nullptr;
+  std::unique_ptr<Request> r = std::move(it->second);
+  requests_.erase(it);
+  auto drop = [&](std::vector<Request*>& v) {
+    auto p = std::find(v.begin(), v.end(), r.get());
+    if (p != v.end()) v.erase(p);
+  };
+  drop(running_);
+  drop(waiting_);
+  kv_.free(request_id);
+  r->status = status;
+  return r;
+}
+
+std::vector<std::string> Scheduler::running_ids() const {
+  std::vector<std::string> ids;
+  for (const Request* r : running_) ids.push_back(r->request_id);
+  return ids;
+}
+
+std::vector<std::string> Scheduler::waiting_ids() const {
+  std::vector<std::string> ids;
+  for (const Request* r : waiting_) ids.push_back(r->request_id);
+  return ids;
+}
+
+}  // namespace pagellm

@@ -1,0 +1,85 @@
+// Continuous-batching scheduler (Yu et al. 2022, "Orca"; Kwon et al. 2023, "vLLM"): every step
+// it grants tokens to requests under a token budget and a sequence cap, allocating KV blocks as it
+// goes, and preempts by recompute when the block pool runs out.
+//
+// One step, in order:
+//   1. running requests, best first (priority, then arrival): each gets
+//      min(num_tokens - num_computed_tokens, budget_left) tokens (1 for a decode, a chunk for an
+//      unfinished prefill). When its blocks cannot be allocated, the worst running request is
+//      preempted (blocks freed, num_computed_tokens = 0, back to the waiting queue) and the
+//      allocation retried; if the worst one is the request itself, it is preempted.
+//   2. if nothing was preempted: waiting requests, best first, while budget and max_num_seqs
+//      allow: each gets a prefill chunk of min(remaining, budget_left) tokens (chunked prefill).
+//      A waiting request never preempts; if its blocks do not fit, admission stops (FCFS: no
+//      overtaking of the head of the queue).
+// The scheduler decides and allocates; the engine runs the forward pass and then calls
+// on_step_done() to advance num_computed_tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "sched/request.h"
+
+namespace pagellm {
+
+struct SchedulerLimits {
+  int32_t max_num_seqs = 64;             // requests running at once
+  int64_t max_num_batched_tokens = 512;  // tokens per step
+};
+
+struct ScheduledRequest {
+  Request* request = nullptr;
+  int64_t num_scheduled_tokens = 0;  // positions [num_computed_tokens, +num_scheduled_tokens)
+  // True when this chunk reaches num_tokens(): the step yields logits and a new token.
+  bool samples() const { return request->num_computed_tokens + num_scheduled_tokens == request->num_tokens(); }
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;  // in running order
+  std::vector<std::string> preempted;       // preempted during this schedule()
+  int64_t num_scheduled_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerLimits& limits, KvCacheManager& kv);
+
+  // Takes ownership; the request must be kWaiting with num_computed_tokens 0 and an id not live.
+  void add_request(std::unique_ptr<Request> request);
+  SchedulerOutput schedule();
+  // Advances num_computed_tokens of every scheduled request by its grant.
+  void on_step_done(const SchedulerOutput& out);
+  // Marks a live request finished with `status`, frees its blocks now and returns it (nullptr
+  // for an unknown id).
+  std::unique_ptr<Request> finish_request(const std::string& request_id, RequestStatus status);
+
+  Request* find(const std::string& request_id);
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  // Running ids in order, then waiting ids in order (tests).
+  std::vector<std::string> running_ids() const;
+  std::vector<std::string> waiting_ids() const;
+
+ private:
+  static bool better(const Request* a, const Request* b);
+  void insert_waiting(Request* r);
+  void preempt(Request* r);
+  bool schedule_running(SchedulerOutput& out, int64_t& budget);
+  void schedule_waiting(SchedulerOutput& out, int64_t& budget);
+
+  SchedulerLimits limits_;
+  KvCacheManager& kv_;
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // every live request
+  std::vector<Request*> running_;  // sorted best first
+  std::vector<Request*> waiting_;  // sorted best first
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace pagellm
