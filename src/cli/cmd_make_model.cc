@@ -12,6 +12,7 @@ Handler add_make_model(CLI::App& app) {
     std::string shape, dtype = "f16", vocab, out;
     uint64_t seed = 0;
     int64_t num_layers = 0;
+    int64_t context_length = 0;
   };
   auto a = std::make_shared<Args>();
   app.add_option("--shape", a->shape, "Named shape: stories15M, tinyllama-1.1b, llama-3.2-1b, tiny-gqa")->required();
@@ -19,6 +20,7 @@ Handler add_make_model(CLI::App& app) {
   app.add_option("--vocab", a->vocab, "GGUF whose tokenizer is copied (e.g. ../shared/testdata/vocab/ggml-vocab-llama-spm.gguf)")->required();
   app.add_option("--seed", a->seed, "Seed of the weights");
   app.add_option("--layers", a->num_layers, "Override the number of layers (0: the shape's)");
+  app.add_option("--context", a->context_length, "Override the context length, tokens (0: the shape's)");
   app.add_option("-o,--output", a->out, "Output GGUF path")->required();
   return [a] {
     RandomModelSpec spec;
@@ -26,6 +28,7 @@ Handler add_make_model(CLI::App& app) {
     spec.seed = a->seed;
     spec.vocab_path = a->vocab;
     spec.num_layers = a->num_layers;
+    spec.context_length = a->context_length;
     if (a->dtype == "f32") spec.dtype = GgmlType::F32;
     else if (a->dtype == "f16") spec.dtype = GgmlType::F16;
     else if (a->dtype == "bf16") spec.dtype = GgmlType::BF16;
