@@ -11,6 +11,7 @@ PACKAGES=(
   libpcre2-dev                                   # tokenizer pre-tokenizer regexes (Unicode properties)
   nlohmann-json3-dev                             # JSON (CLI --json, golden data)
   libcli11-dev                                   # command-line parsing
+  libxxhash-dev                                  # prefix-cache block hashes (XXH3)
   clang libclang-rt-14-dev                       # libFuzzer target (optional), sanitizer runtime
   libboost-dev                                   # HTTP server and client: Boost.Beast + Asio (header-only)
 )

@@ -82,6 +82,9 @@ struct AsyncEngine::Impl {
     stats.prompt_tokens = core.counters().prompt_tokens;
     stats.generation_tokens = core.counters().generation_tokens;
     stats.num_steps = core.counters().num_steps;
+    stats.prefix_cache_queries = s.prefix_cache_queries();
+    stats.prefix_cache_hits = s.prefix_cache_hits();
+    stats.num_cached_blocks = pool.num_cached_blocks();
     num_queued = static_cast<int64_t>(inbox.size()) + s.num_waiting();
   }
 

@@ -44,6 +44,9 @@ struct EngineStats {
   int64_t prompt_tokens = 0;             // total prompt tokens computed (recomputes included)
   int64_t generation_tokens = 0;         // total tokens sampled
   int64_t num_steps = 0;
+  int64_t prefix_cache_queries = 0;      // tokens looked up in the prefix cache (at admission)
+  int64_t prefix_cache_hits = 0;         // of which found cached
+  int64_t num_cached_blocks = 0;         // blocks registered in the prefix cache now
 };
 
 class QueueFull : public Error {

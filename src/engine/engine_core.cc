@@ -38,6 +38,7 @@ void EngineCore::add_request(const EngineRequest& req) {
   r->priority = req.priority;
   r->arrival_time = req.arrival_time > 0 ? req.arrival_time : engine_now();
   r->prompt_token_ids = req.prompt_token_ids;
+  r->prefix_root_hash = KvCacheManager::root_hash(req.cache_salt);
   r->max_tokens = static_cast<int32_t>(std::min<int64_t>(req.max_tokens, max_total_tokens_ - n_prompt));
   State st{req, std::make_unique<Sampler>(req.sampling), IncrementalDetokenizer(req.stop), RequestTimes{}};
   st.times.arrival = r->arrival_time;
@@ -54,6 +55,7 @@ RequestOutput EngineCore::finish(const std::string& id, RequestStatus status, Re
   out.finish_reason = finish_reason(status);
   out.num_generated_tokens = static_cast<int32_t>(r->output_token_ids.size());
   out.num_prompt_tokens = static_cast<int32_t>(r->prompt_token_ids.size());
+  out.num_cached_tokens = static_cast<int32_t>(r->num_cached_tokens);
   out.times = st.times;
   states_.erase(id);
   return out;
@@ -141,6 +143,7 @@ std::vector<RequestOutput> EngineCore::step() {
     RequestOutput out;
     out.request_id = s.request->request_id;
     out.num_prompt_tokens = static_cast<int32_t>(s.request->num_prompt_tokens());
+    out.num_cached_tokens = static_cast<int32_t>(s.request->num_cached_tokens);
     const std::string id = s.request->request_id;
     postprocess(s, logits_.data() + row * vocab, now, out);
     ++row;

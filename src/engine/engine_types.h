@@ -22,6 +22,7 @@ struct EngineRequest {
   std::vector<int32_t> stop_token_ids;    // finish with "stop" when sampled (token not in text)
   bool ignore_eos = false;
   int32_t priority = 0;                   // lower value runs first; ties FCFS (vLLM convention)
+  std::string cache_salt;                 // prefix-cache namespace: only equal salts share blocks
   double arrival_time = 0;                // seconds, steady clock (engine sets it if 0)
 };
 

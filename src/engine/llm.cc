@@ -44,7 +44,7 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
                                       config_.block_size);
   }
   kv_cache_ = std::make_unique<KvCache>(shape, num_blocks, config_.block_size);
-  kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size);
+  kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size, config_.enable_prefix_caching);
 }
 
 GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,

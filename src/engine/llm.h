@@ -27,6 +27,7 @@ struct EngineConfig {
   GgmlType kv_dtype = GgmlType::F32;     // F32 or F16
   int64_t kv_cache_bytes = 0;            // 0: room for one full context (context_length tokens)
   int64_t max_num_batched_tokens = 512;  // prefill chunk size, tokens
+  bool enable_prefix_caching = true;     // automatic prefix caching (kv/kv_cache_manager.h)
 };
 
 struct GenerateOptions {

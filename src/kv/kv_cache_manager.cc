@@ -1,42 +1,112 @@
 #include "kv/kv_cache_manager.h"
 
+#include <xxhash.h>
+
+#include <cstring>
+
 #include "core/error.h"
 
 namespace pagellm {
+namespace {
 
-KvCacheManager::KvCacheManager(int32_t num_blocks, int32_t block_size) : pool_(num_blocks), block_size_(block_size) {
+uint64_t chain_hash(uint64_t parent, std::span<const int32_t> block_tokens) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, &parent, sizeof(parent));
+  XXH3_64bits_update(st, block_tokens.data(), block_tokens.size_bytes());
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+}  // namespace
+
+KvCacheManager::KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching)
+    : pool_(num_blocks), block_size_(block_size), prefix_caching_(enable_prefix_caching) {
   PAGELLM_CHECK(block_size > 0, "block_size must be positive");
 }
 
-bool KvCacheManager::allocate_slots(const std::string& request_id, int64_t num_total_tokens) {
-  std::vector<int32_t>& table = tables_[request_id];
-  const int32_t need = blocks_for(num_total_tokens) - static_cast<int32_t>(table.size());
-  if (need <= 0) return true;
-  if (need > pool_.num_free_blocks()) {
-    if (table.empty()) tables_.erase(request_id);
-    return false;
+uint64_t KvCacheManager::root_hash(const std::string& cache_salt) {
+  const std::string seed = "pagellm|" + cache_salt;
+  return XXH3_64bits(seed.data(), seed.size());
+}
+
+PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens, uint64_t root) const {
+  PrefixHit hit;
+  if (!prefix_caching_ || tokens.empty()) return hit;
+  const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
+  uint64_t h = root;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    h = chain_hash(h, tokens.subspan(i * block_size_, block_size_));
+    const auto b = pool_.lookup(h);
+    if (!b) break;
+    hit.blocks.push_back(*b);
+  }
+  hit.num_tokens = static_cast<int64_t>(hit.blocks.size()) * block_size_;
+  return hit;
+}
+
+bool KvCacheManager::allocate_slots(const std::string& request_id, int64_t num_total_tokens, const PrefixHit* hit) {
+  auto it = tables_.find(request_id);
+  const bool fresh = it == tables_.end() || it->second.blocks.empty();
+  const size_t have = fresh ? 0 : it->second.blocks.size();
+  int32_t revived = 0;  // hit blocks that are free now: touching them uses up free blocks
+  size_t n_hit = 0;
+  if (fresh && hit != nullptr) {
+    n_hit = hit->blocks.size();
+    for (int32_t b : hit->blocks) revived += pool_.ref_cnt(b) == 0;
+  }
+  const int32_t need = blocks_for(num_total_tokens) - static_cast<int32_t>(have + n_hit);
+  if (need + revived > pool_.num_free_blocks()) return false;
+  Table& t = tables_[request_id];
+  if (fresh && hit != nullptr) {
+    for (int32_t b : hit->blocks) {
+      pool_.touch(b);
+      t.blocks.push_back(b);
+      t.hashes.push_back(*pool_.block_hash(b));
+    }
   }
   for (int32_t i = 0; i < need; ++i) {
     auto id = pool_.allocate();
     PAGELLM_CHECK(id.has_value(), "free count said a block was free");
-    table.push_back(*id);
+    t.blocks.push_back(*id);
   }
   return true;
+}
+
+void KvCacheManager::cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens,
+                                           int64_t num_computed_tokens, uint64_t root) {
+  if (!prefix_caching_) return;
+  auto it = tables_.find(request_id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const int64_t full = std::min<int64_t>(num_computed_tokens / block_size_, static_cast<int64_t>(t.blocks.size()));
+  PAGELLM_CHECK(static_cast<int64_t>(tokens.size()) >= full * block_size_, "too few tokens to hash");
+  for (auto i = static_cast<int64_t>(t.hashes.size()); i < full; ++i) {
+    const uint64_t parent = i == 0 ? root : t.hashes[i - 1];
+    const uint64_t h = chain_hash(parent, tokens.subspan(i * block_size_, block_size_));
+    t.hashes.push_back(h);
+    pool_.cache_block(t.blocks[i], h);
+  }
 }
 
 void KvCacheManager::free(const std::string& request_id) {
   auto it = tables_.find(request_id);
   if (it == tables_.end()) return;
-  // Release in reverse so that a request's tail blocks are reused first (they are the least
-  // useful to a later prefix-cache lookup).
-  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) pool_.release(*b);
+  // Last block first: a chain's leaves reach the free queue (and eviction) before its root.
+  for (auto b = it->second.blocks.rbegin(); b != it->second.blocks.rend(); ++b) pool_.release(*b);
   tables_.erase(it);
 }
 
 const std::vector<int32_t>& KvCacheManager::block_table(const std::string& request_id) const {
   static const std::vector<int32_t> kEmpty;
   auto it = tables_.find(request_id);
-  return it == tables_.end() ? kEmpty : it->second;
+  return it == tables_.end() ? kEmpty : it->second.blocks;
+}
+
+int64_t KvCacheManager::num_hashed_blocks(const std::string& request_id) const {
+  auto it = tables_.find(request_id);
+  return it == tables_.end() ? 0 : static_cast<int64_t>(it->second.hashes.size());
 }
 
 int64_t KvCacheManager::slot(const std::string& request_id, int64_t position) const {

@@ -1,4 +1,4 @@
-// Per-request block tables over a BlockPool.
+// Per-request block tables over a BlockPool, and the automatic prefix cache.
 //
 // A request's KV for token position p lives in physical slot
 //   block_table[p / block_size] * block_size + p % block_size.
@@ -6,9 +6,17 @@
 //
 // Blocks are allocated as tokens arrive (allocate_slots), never reserved for max_tokens, and
 // released when the request ends (free). Waste is at most one partly filled block per request.
+//
+// Prefix caching (vLLM's automatic prefix caching; Kwon et al. 2023, Zheng et al. 2024 "SGLang"):
+// full block i of a token sequence has the hash
+//   h_i = XXH3_64(h_{i-1} | token ids of block i),   h_{-1} = XXH3_64("pagellm" | cache_salt)
+// so equal hashes mean equal prefixes (up to 64-bit collisions) for the same salt. A block is
+// registered under its hash only after its K/V have been computed (cache_computed_blocks, called
+// after the forward pass), so blocks filled in the same step are never hits before they exist.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,11 +25,17 @@
 
 namespace pagellm {
 
+struct PrefixHit {
+  std::vector<int32_t> blocks;  // cached full blocks, in order
+  int64_t num_tokens = 0;       // blocks.size() * block_size
+};
+
 class KvCacheManager {
  public:
-  KvCacheManager(int32_t num_blocks, int32_t block_size);
+  KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching = false);
 
   int32_t block_size() const { return block_size_; }
+  bool prefix_caching() const { return prefix_caching_; }
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
 
@@ -30,10 +44,23 @@ class KvCacheManager {
     return static_cast<int32_t>((num_tokens + block_size_ - 1) / block_size_);
   }
 
-  // Grows the request's block table so that it holds num_total_tokens tokens. Returns false and
-  // changes nothing when the pool lacks the blocks (the caller decides whether to preempt).
-  bool allocate_slots(const std::string& request_id, int64_t num_total_tokens);
-  // Releases every block of the request (no-op for an unknown id).
+  // Hash of the empty prefix for a cache salt ("" = shared by everyone).
+  static uint64_t root_hash(const std::string& cache_salt);
+  // The longest chain of cached full blocks that prefixes `tokens`, capped so that at least one
+  // token is left to compute (a fully cached prompt still needs logits). Changes nothing.
+  // Empty when prefix caching is off.
+  PrefixHit find_cached_prefix(std::span<const int32_t> tokens, uint64_t root) const;
+
+  // Grows the request's block table so that it holds num_total_tokens tokens. A request without
+  // blocks may start from `hit` (its blocks are shared: ref_cnt + 1, revived if free). Returns
+  // false and changes nothing when the pool lacks the blocks (the caller decides whether to
+  // preempt).
+  bool allocate_slots(const std::string& request_id, int64_t num_total_tokens, const PrefixHit* hit = nullptr);
+  // Registers every full block of the request inside [0, num_computed_tokens) that is not yet
+  // registered. `tokens` are the request's tokens (at least num_computed_tokens of them).
+  void cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens,
+                             int64_t num_computed_tokens, uint64_t root);
+  // Releases every block of the request, last block first (no-op for an unknown id).
   void free(const std::string& request_id);
 
   // Empty for an unknown request.
@@ -41,11 +68,18 @@ class KvCacheManager {
   // Physical slot of token `position` of the request. Precondition: the block is allocated.
   int64_t slot(const std::string& request_id, int64_t position) const;
   int64_t num_requests() const { return static_cast<int64_t>(tables_.size()); }
+  // Full blocks of the request already registered in the prefix cache.
+  int64_t num_hashed_blocks(const std::string& request_id) const;
 
  private:
+  struct Table {
+    std::vector<int32_t> blocks;
+    std::vector<uint64_t> hashes;  // chained hashes of blocks [0, hashes.size())
+  };
   BlockPool pool_;
   int32_t block_size_;
-  std::unordered_map<std::string, std::vector<int32_t>> tables_;
+  bool prefix_caching_;
+  std::unordered_map<std::string, Table> tables_;
 };
 
 }  // namespace pagellm

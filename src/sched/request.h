@@ -32,12 +32,19 @@ struct Request {
   int32_t max_tokens = 0;           // new tokens allowed (already capped to the context)
   RequestStatus status = RequestStatus::kWaiting;
   int32_t num_preemptions = 0;
+  uint64_t prefix_root_hash = 0;    // KvCacheManager::root_hash(cache_salt)
+  int64_t num_cached_tokens = 0;    // prompt tokens served from the prefix cache at first admission
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_tokens() const { return num_prompt_tokens() + static_cast<int64_t>(output_token_ids.size()); }
   // Token at position i of prompt + output.
   int32_t token_at(int64_t i) const {
     return i < num_prompt_tokens() ? prompt_token_ids[i] : output_token_ids[i - num_prompt_tokens()];
+  }
+  std::vector<int32_t> all_token_ids() const {
+    std::vector<int32_t> t = prompt_token_ids;
+    t.insert(t.end(), output_token_ids.begin(), output_token_ids.end());
+    return t;
   }
 };
 

@@ -83,12 +83,23 @@ bool Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
   return !preempted_any;
 }
 
-// Step 2: admit waiting requests in order with prefill chunks.
+// Step 2: admit waiting requests in order, prefix-cache hits first, then prefill chunks.
 void Scheduler::schedule_waiting(SchedulerOutput& out, int64_t& budget) {
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < limits_.max_num_seqs) {
     Request* r = waiting_.front();
-    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
-    if (!kv_.allocate_slots(r->request_id, r->num_computed_tokens + n)) break;
+    PrefixHit hit;
+    if (r->num_computed_tokens == 0 && kv_.prefix_caching()) {
+      hit = kv_.find_cached_prefix(r->all_token_ids(), r->prefix_root_hash);
+    }
+    const int64_t start = r->num_computed_tokens + hit.num_tokens;
+    const int64_t n = std::min(r->num_tokens() - start, budget);
+    if (!kv_.allocate_slots(r->request_id, start + n, hit.blocks.empty() ? nullptr : &hit)) break;
+    if (r->num_computed_tokens == 0 && kv_.prefix_caching()) {
+      prefix_cache_queries_ += r->num_tokens();
+      prefix_cache_hits_ += hit.num_tokens;
+      if (r->num_preemptions == 0) r->num_cached_tokens = hit.num_tokens;
+    }
+    r->num_computed_tokens = start;
     waiting_.erase(waiting_.begin());
     r->status = RequestStatus::kRunning;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), r, better), r);
@@ -109,8 +120,13 @@ SchedulerOutput Scheduler::schedule() {
 
 void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const ScheduledRequest& s : out.scheduled) {
-    s.request->num_computed_tokens += s.num_scheduled_tokens;
-    PAGELLM_CHECK(s.request->num_computed_tokens <= s.request->num_tokens(), "computed past the tokens");
+    Request* r = s.request;
+    r->num_computed_tokens += s.num_scheduled_tokens;
+    PAGELLM_CHECK(r->num_computed_tokens <= r->num_tokens(), "computed past the tokens");
+    // Blocks whose K/V now exist become prefix-cache entries (never before they are computed).
+    if (kv_.prefix_caching() && r->num_computed_tokens / kv_.block_size() > kv_.num_hashed_blocks(r->request_id)) {
+      kv_.cache_computed_blocks(r->request_id, r->all_token_ids(), r->num_computed_tokens, r->prefix_root_hash);
+    }
   }
 }
 

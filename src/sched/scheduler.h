@@ -9,7 +9,9 @@
 //      preempted (blocks freed, num_computed_tokens = 0, back to the waiting queue) and the
 //      allocation retried; if the worst one is the request itself, it is preempted.
 //   2. if nothing was preempted: waiting requests, best first, while budget and max_num_seqs
-//      allow: each gets a prefill chunk of min(remaining, budget_left) tokens (chunked prefill).
+//      allow: each first takes the longest chain of prefix-cached full blocks (at least one token
+//      is always left to compute), then gets a prefill chunk of min(remaining, budget_left) tokens
+//      (chunked prefill).
 //      A waiting request never preempts; if its blocks do not fit, admission stops (FCFS: no
 //      overtaking of the head of the queue).
 // The scheduler decides and allocates; the engine runs the forward pass and then calls
@@ -63,6 +65,9 @@ class Scheduler {
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Prefix-cache lookups at admission, in tokens: looked up, and found cached.
+  int64_t prefix_cache_queries() const { return prefix_cache_queries_; }
+  int64_t prefix_cache_hits() const { return prefix_cache_hits_; }
   // Running ids in order, then waiting ids in order (tests).
   std::vector<std::string> running_ids() const;
   std::vector<std::string> waiting_ids() const;
@@ -80,6 +85,8 @@ class Scheduler {
   std::vector<Request*> running_;  // sorted best first
   std::vector<Request*> waiting_;  // sorted best first
   int64_t num_preemptions_ = 0;
+  int64_t prefix_cache_queries_ = 0;
+  int64_t prefix_cache_hits_ = 0;
 };
 
 }  // namespace pagellm

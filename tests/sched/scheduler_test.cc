@@ -158,3 +158,63 @@ TEST(Scheduler, FinishFreesBlocksAtOnce) {
 
 }  // namespace
 }  // namespace pagellm
+
+namespace pagellm {
+namespace {
+
+std::unique_ptr<Request> make_tokens(const std::string& id, std::vector<int32_t> prompt, double arrival) {
+  auto r = make(id, 1, arrival);
+  r->prompt_token_ids = std::move(prompt);
+  r->prefix_root_hash = KvCacheManager::root_hash("");
+  return r;
+}
+
+std::vector<int32_t> iota_tokens(int n) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = 10 + i;
+  return t;
+}
+
+// Two identical prompts admitted in the same step: the second must not hit blocks the first has
+// not computed yet; a third admitted a step later hits them.
+TEST(SchedulerPrefix, NoHitsOnBlocksFilledInTheSameStep) {
+  KvCacheManager kv(100, 4, true);
+  Scheduler s({8, 100}, kv);
+  s.add_request(make_tokens("a", iota_tokens(10), 1));
+  s.add_request(make_tokens("b", iota_tokens(10), 2));
+  auto o1 = s.schedule();
+  EXPECT_EQ(grants(o1), (Grants{{"a", 10}, {"b", 10}}));
+  EXPECT_EQ(s.find("b")->num_cached_tokens, 0);
+  finish_step(s, o1);
+  EXPECT_EQ(s.prefix_cache_hits(), 0);
+  s.add_request(make_tokens("c", iota_tokens(10), 3));
+  auto o2 = s.schedule();
+  EXPECT_EQ(grants(o2), (Grants{{"a", 1}, {"b", 1}, {"c", 2}}));  // c computes only 10 - 8
+  EXPECT_EQ(s.find("c")->num_cached_tokens, 8);
+  EXPECT_EQ(kv.block_table("c")[0], kv.block_table("a")[0]);
+  EXPECT_EQ(kv.block_table("c")[1], kv.block_table("a")[1]);
+  EXPECT_EQ(kv.pool().ref_cnt(kv.block_table("a")[0]), 2);  // a and c; b's duplicates stay uncached
+  EXPECT_EQ(s.prefix_cache_queries(), 30);
+  EXPECT_EQ(s.prefix_cache_hits(), 8);
+}
+
+// A preempted request comes back through the prefix cache: its own freed blocks are hits.
+TEST(SchedulerPrefix, PreemptedRequestResumesFromTheCache) {
+  KvCacheManager kv(5, 4, true);
+  Scheduler s({8, 100}, kv);
+  s.add_request(make_tokens("a", iota_tokens(8), 1));
+  s.add_request(make_tokens("b", iota_tokens(11), 2));
+  finish_step(s, s.schedule());  // a: 9 tokens (3 blocks needed next), b: 12 tokens (3 blocks)
+  auto o = s.schedule();         // a needs a 3rd block: b is preempted
+  EXPECT_EQ(o.preempted, std::vector<std::string>{"b"});
+  finish_step(s, o);
+  s.finish_request("a", RequestStatus::kFinishedStopped);
+  auto o2 = s.schedule();
+  ASSERT_EQ(o2.scheduled.size(), 1u);
+  EXPECT_EQ(o2.scheduled[0].request->request_id, "b");
+  EXPECT_EQ(o2.scheduled[0].num_scheduled_tokens, 12 - 8);  // 2 of b's own blocks were cached
+  EXPECT_EQ(s.find("b")->num_cached_tokens, 0);  // reported for the first admission only
+}
+
+}  // namespace
+}  // namespace pagellm
