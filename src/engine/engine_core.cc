@@ -43,11 +43,86 @@ void EngineCore::add_request(const EngineRequest& req) {
   State st{req, std::make_unique<Sampler>(req.sampling), IncrementalDetokenizer(req.stop), RequestTimes{}};
   st.times.arrival = r->arrival_time;
   states_.emplace(req.request_id, std::move(st));
+  if (!req.parallel_group.empty() && req.parallel_group_size > 1) {
+    Group& g = groups_[req.parallel_group];
+    const Request* leader = g.leader.empty() ? nullptr : scheduler_.find(g.leader);
+    if (leader == nullptr) {
+      g.leader = req.request_id;
+    } else if (leader->prompt_token_ids == r->prompt_token_ids && leader->output_token_ids.empty()) {
+      group_of_[req.request_id] = req.parallel_group;
+      g.pending.push_back(std::move(r));
+      return;
+    }
+    if (g.leader == req.request_id) group_of_[req.request_id] = req.parallel_group;
+  }
   scheduler_.add_request(std::move(r));
+}
+
+std::unique_ptr<Request> EngineCore::take_pending(const std::string& id) {
+  auto gi = group_of_.find(id);
+  if (gi == group_of_.end()) return nullptr;
+  Group& g = groups_.at(gi->second);
+  for (auto it = g.pending.begin(); it != g.pending.end(); ++it) {
+    if ((*it)->request_id == id) {
+      std::unique_ptr<Request> r = std::move(*it);
+      g.pending.erase(it);
+      group_of_.erase(gi);
+      return r;
+    }
+  }
+  return nullptr;
+}
+
+void EngineCore::fork_group(Request& leader, const float* logits, double now, std::vector<RequestOutput>& outputs) {
+  auto gi = group_of_.find(leader.request_id);
+  if (gi == group_of_.end()) return;
+  const std::string group = gi->second;
+  Group& g = groups_.at(group);
+  std::vector<std::unique_ptr<Request>> members = std::move(g.pending);
+  for (auto& m : members) group_of_.erase(m->request_id);
+  group_of_.erase(leader.request_id);
+  groups_.erase(group);
+  for (auto& m : members) {
+    Request& r = *m;
+    r.num_computed_tokens = leader.num_computed_tokens;
+    r.num_cached_tokens = leader.num_computed_tokens;  // served from the shared blocks
+    llm_.kv_manager().fork(leader.request_id, r.request_id);
+    states_.at(r.request_id).times.first_scheduled = states_.at(leader.request_id).times.first_scheduled;
+    scheduler_.add_running(std::move(m));
+    RequestOutput out;
+    out.request_id = r.request_id;
+    out.num_prompt_tokens = static_cast<int32_t>(r.num_prompt_tokens());
+    out.num_cached_tokens = static_cast<int32_t>(r.num_cached_tokens);
+    const std::string id = r.request_id;
+    postprocess(r, logits, now, out);
+    if (!out.finished) {
+      out.num_generated_tokens = static_cast<int32_t>(r.output_token_ids.size());
+      out.times = states_.at(id).times;
+      out.cumulative_logprob = states_.at(id).cumulative_logprob;
+    }
+    outputs.push_back(std::move(out));
+  }
 }
 
 RequestOutput EngineCore::finish(const std::string& id, RequestStatus status, RequestOutput out, double now) {
   std::unique_ptr<Request> r = scheduler_.finish_request(id, status);
+  if (!r) r = take_pending(id);
+  PAGELLM_CHECK(r != nullptr, "finishing unknown request " + id);
+  r->status = status;
+  // A group leader that ends before its first token hands the group to a pending member.
+  if (auto gi = group_of_.find(id); gi != group_of_.end()) {
+    const std::string group = gi->second;
+    group_of_.erase(gi);
+    Group& g = groups_.at(group);
+    if (g.pending.empty()) {
+      groups_.erase(group);
+    } else {
+      std::unique_ptr<Request> next = std::move(g.pending.front());
+      g.pending.erase(g.pending.begin());
+      g.leader = next->request_id;
+      scheduler_.add_request(std::move(next));
+    }
+  }
   State& st = states_.at(id);
   out.delta_text += st.detok.flush();  // text held back for a stop string that never completed
   st.times.finished = now;
@@ -56,6 +131,7 @@ RequestOutput EngineCore::finish(const std::string& id, RequestStatus status, Re
   out.num_generated_tokens = static_cast<int32_t>(r->output_token_ids.size());
   out.num_prompt_tokens = static_cast<int32_t>(r->prompt_token_ids.size());
   out.num_cached_tokens = static_cast<int32_t>(r->num_cached_tokens);
+  out.cumulative_logprob = st.cumulative_logprob;
   out.times = st.times;
   states_.erase(id);
   return out;
@@ -68,16 +144,16 @@ std::optional<RequestOutput> EngineCore::abort_request(const std::string& id) {
   return finish(id, RequestStatus::kFinishedAborted, std::move(out), engine_now());
 }
 
-void EngineCore::postprocess(const ScheduledRequest& s, const float* logits, double now, RequestOutput& out) {
-  Request& r = *s.request;
+void EngineCore::postprocess(Request& r, const float* logits, double now, RequestOutput& out) {
   State& st = states_.at(r.request_id);
   const int64_t vocab = llm_.model().config().vocab_size;
   const std::span<const float> row(logits, static_cast<size_t>(vocab));
   int32_t tok;
-  if (st.params.sampling.logprobs >= 0) {
+  if (st.params.sampling.logprobs >= 0 || st.params.need_cumulative_logprob) {
     SampleResult res = st.sampler->sample_with_logprobs(row, r.prompt_token_ids, r.output_token_ids);
     tok = res.token_id;
-    out.new_logprobs.push_back(std::move(res));
+    st.cumulative_logprob += res.logprob;
+    if (st.params.sampling.logprobs >= 0) out.new_logprobs.push_back(std::move(res));
   } else {
     tok = st.sampler->sample(row, r.prompt_token_ids, r.output_token_ids);
   }
@@ -127,6 +203,7 @@ std::vector<RequestOutput> EngineCore::step() {
     seqs.push_back(ScheduledSeq{&llm_.kv_manager().block_table(r.request_id), chunks[i], r.num_computed_tokens,
                                 s.samples()});
   }
+  for (const auto& [src, dst] : so.blocks_to_copy) llm_.kv_cache().copy_block(src, dst);
   llm_.model().forward(build_forward_batch(seqs, llm_.kv_cache().block_size()), llm_.kv_cache(), logits_);
   ++counters_.num_steps;
   // Sampling decisions are taken before num_computed_tokens advances.
@@ -145,11 +222,15 @@ std::vector<RequestOutput> EngineCore::step() {
     out.num_prompt_tokens = static_cast<int32_t>(s.request->num_prompt_tokens());
     out.num_cached_tokens = static_cast<int32_t>(s.request->num_cached_tokens);
     const std::string id = s.request->request_id;
-    postprocess(s, logits_.data() + row * vocab, now, out);
+    const float* row_logits = logits_.data() + row * vocab;
     ++row;
+    // n > 1: members of this request's group fork its blocks before it may finish and free them.
+    if (s.request->output_token_ids.empty()) fork_group(*s.request, row_logits, now, outputs);
+    postprocess(*s.request, row_logits, now, out);
     if (!out.finished) {
       out.num_generated_tokens = static_cast<int32_t>(s.request->output_token_ids.size());
       out.times = states_.at(id).times;
+      out.cumulative_logprob = states_.at(id).cumulative_logprob;
     }
     outputs.push_back(std::move(out));
   }

@@ -46,13 +46,24 @@ class EngineCore {
     std::unique_ptr<Sampler> sampler;
     IncrementalDetokenizer detok;
     RequestTimes times;
+    double cumulative_logprob = 0;
   };
-  void postprocess(const ScheduledRequest& s, const float* logits, double now, RequestOutput& out);
+  struct Group {  // n > 1: members waiting to fork the leader's blocks
+    std::string leader;
+    std::vector<std::unique_ptr<Request>> pending;
+  };
+  void postprocess(Request& r, const float* logits, double now, RequestOutput& out);
+  // Forks the pending members of r's group from r (whose prompt was just computed) and samples
+  // their first tokens from the same logits row.
+  void fork_group(Request& leader, const float* logits, double now, std::vector<RequestOutput>& outputs);
+  std::unique_ptr<Request> take_pending(const std::string& id);
   RequestOutput finish(const std::string& id, RequestStatus status, RequestOutput out, double now);
 
   LLM& llm_;
   Scheduler scheduler_;
   std::unordered_map<std::string, State> states_;
+  std::unordered_map<std::string, Group> groups_;        // by parallel_group, until forked
+  std::unordered_map<std::string, std::string> group_of_;  // request id -> group (unforked members)
   EngineCounters counters_;
   int64_t max_total_tokens_;  // min(context length, whole KV pool in tokens)
   std::vector<float> logits_;

@@ -23,6 +23,13 @@ struct EngineRequest {
   bool ignore_eos = false;
   int32_t priority = 0;                   // lower value runs first; ties FCFS (vLLM convention)
   std::string cache_salt;                 // prefix-cache namespace: only equal salts share blocks
+  // Parallel sampling (n > 1): the n requests of one prompt carry the same group id and size.
+  // The first to arrive computes the prompt; the others fork its KV blocks at its first token
+  // and sample their own first token from the same logits (copy-on-write of the last partial
+  // block afterwards). Their prompts must be equal.
+  std::string parallel_group;
+  int32_t parallel_group_size = 1;
+  bool need_cumulative_logprob = false;   // compute RequestOutput::cumulative_logprob (best_of)
   double arrival_time = 0;                // seconds, steady clock (engine sets it if 0)
 };
 
@@ -47,7 +54,8 @@ struct RequestOutput {
   std::optional<std::string> stop_reason;      // the stop string or token id text that matched
   int32_t num_prompt_tokens = 0;
   int32_t num_generated_tokens = 0;            // total so far
-  int32_t num_cached_tokens = 0;               // prompt tokens served from the prefix cache
+  int32_t num_cached_tokens = 0;               // prompt tokens served from the prefix cache or a fork
+  double cumulative_logprob = 0;               // sum of the sampled tokens' logprobs (raw logits)
   RequestTimes times;
 };
 

@@ -1,5 +1,6 @@
 #include "kv/kv_cache.h"
 
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -35,6 +36,15 @@ kernels::KvLayerView KvCache::layer(int32_t layer) {
   v.num_kv_heads = shape_.num_kv_heads;
   v.head_dim = shape_.head_dim;
   return v;
+}
+
+void KvCache::copy_block(int32_t src, int32_t dst) {
+  PAGELLM_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "copy_block ids");
+  const int64_t block_bytes = layer_bytes_ / num_blocks_;
+  for (int64_t half = 0; half < 2 * shape_.num_layers; ++half) {
+    uint8_t* base = storage_.data() + static_cast<size_t>(layer_bytes_) * half;
+    std::memcpy(base + dst * block_bytes, base + src * block_bytes, static_cast<size_t>(block_bytes));
+  }
 }
 
 int32_t KvCache::blocks_for_bytes(const KvCacheShape& shape, int32_t block_size, int64_t bytes) {

@@ -31,6 +31,8 @@ class KvCache {
   int32_t block_size() const { return block_size_; }
   int64_t bytes() const { return static_cast<int64_t>(storage_.size()); }
   kernels::KvLayerView layer(int32_t layer);
+  // Copies K and V of block src into block dst in every layer (copy-on-write).
+  void copy_block(int32_t src, int32_t dst);
 
   // Number of blocks that fit in `bytes` (at least 0).
   static int32_t blocks_for_bytes(const KvCacheShape& shape, int32_t block_size, int64_t bytes);

@@ -74,6 +74,33 @@ bool KvCacheManager::allocate_slots(const std::string& request_id, int64_t num_t
   return true;
 }
 
+bool KvCacheManager::allocate_slots_cow(const std::string& request_id, int64_t write_from, int64_t num_total_tokens,
+                                        std::vector<std::pair<int32_t, int32_t>>& copies) {
+  auto it = tables_.find(request_id);
+  const int64_t j = write_from / block_size_;
+  const bool cow = it != tables_.end() && j < static_cast<int64_t>(it->second.blocks.size()) &&
+                   pool_.ref_cnt(it->second.blocks[j]) > 1;
+  if (!cow) return allocate_slots(request_id, num_total_tokens);
+  Table& t = it->second;
+  const int32_t need = blocks_for(num_total_tokens) - static_cast<int32_t>(t.blocks.size());
+  if (std::max(need, 0) + 1 > pool_.num_free_blocks()) return false;
+  const int32_t src = t.blocks[j];
+  const auto dst = pool_.allocate();
+  PAGELLM_CHECK(dst.has_value(), "free count said a block was free");
+  copies.emplace_back(src, *dst);
+  t.blocks[j] = *dst;
+  if (j < static_cast<int64_t>(t.hashes.size())) t.hashes.resize(j);  // a written block is no longer the cached one
+  pool_.release(src);
+  return allocate_slots(request_id, num_total_tokens);
+}
+
+void KvCacheManager::fork(const std::string& parent_id, const std::string& child_id) {
+  const Table& p = tables_.at(parent_id);
+  PAGELLM_CHECK(tables_.count(child_id) == 0, "fork into a live table");
+  for (int32_t b : p.blocks) pool_.incref(b);
+  tables_[child_id] = p;
+}
+
 void KvCacheManager::cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens,
                                            int64_t num_computed_tokens, uint64_t root) {
   if (!prefix_caching_) return;

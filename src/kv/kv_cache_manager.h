@@ -56,6 +56,15 @@ class KvCacheManager {
   // false and changes nothing when the pool lacks the blocks (the caller decides whether to
   // preempt).
   bool allocate_slots(const std::string& request_id, int64_t num_total_tokens, const PrefixHit* hit = nullptr);
+  // Like allocate_slots, for a request about to write positions [write_from, num_total_tokens):
+  // if the block holding write_from is shared (ref_cnt > 1: a fork of n > 1), it is first
+  // replaced by a private copy (copy-on-write); the (src, dst) pair to copy is appended to
+  // `copies` and must be copied before the forward pass. False and no change when the pool lacks
+  // the blocks.
+  bool allocate_slots_cow(const std::string& request_id, int64_t write_from, int64_t num_total_tokens,
+                          std::vector<std::pair<int32_t, int32_t>>& copies);
+  // The child shares every block of the parent (ref_cnt + 1 each): parallel sampling (n > 1).
+  void fork(const std::string& parent_id, const std::string& child_id);
   // Registers every full block of the request inside [0, num_computed_tokens) that is not yet
   // registered. `tokens` are the request's tokens (at least num_computed_tokens of them).
   void cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens,

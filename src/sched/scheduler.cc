@@ -43,6 +43,14 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
   insert_waiting(r);
 }
 
+void Scheduler::add_running(std::unique_ptr<Request> request) {
+  PAGELLM_CHECK(requests_.count(request->request_id) == 0, "duplicate request id " + request->request_id);
+  Request* r = request.get();
+  r->status = RequestStatus::kRunning;
+  requests_[r->request_id] = std::move(request);
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), r, better), r);
+}
+
 Request* Scheduler::find(const std::string& request_id) {
   auto it = requests_.find(request_id);
   return it == requests_.end() ? nullptr : it->second.get();
@@ -66,7 +74,8 @@ bool Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
     const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
     if (n <= 0) continue;
     bool self_preempted = false;
-    while (!kv_.allocate_slots(r->request_id, r->num_computed_tokens + n)) {
+    while (!kv_.allocate_slots_cow(r->request_id, r->num_computed_tokens, r->num_computed_tokens + n,
+                                   out.blocks_to_copy)) {
       Request* victim = running_.back();
       out.preempted.push_back(victim->request_id);
       preempted_any = true;

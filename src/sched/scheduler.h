@@ -44,6 +44,7 @@ struct ScheduledRequest {
 struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;  // in running order
   std::vector<std::string> preempted;       // preempted during this schedule()
+  std::vector<std::pair<int32_t, int32_t>> blocks_to_copy;  // (src, dst): copy-on-write, before the forward
   int64_t num_scheduled_tokens = 0;
 };
 
@@ -53,6 +54,9 @@ class Scheduler {
 
   // Takes ownership; the request must be kWaiting with num_computed_tokens 0 and an id not live.
   void add_request(std::unique_ptr<Request> request);
+  // Takes ownership of a request forked from a running one (n > 1): already running, its block
+  // table already shared through KvCacheManager::fork, num_computed_tokens set.
+  void add_running(std::unique_ptr<Request> request);
   SchedulerOutput schedule();
   // Advances num_computed_tokens of every scheduled request by its grant.
   void on_step_done(const SchedulerOutput& out);

@@ -1,0 +1,121 @@
+// n > 1: the prompt is computed once, the choices share its blocks and diverge by copy-on-write
+// of the last partial block; each choice equals the same request run alone.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine/engine_core.h"
+#include "test_util.h"
+
+namespace pagellm {
+namespace {
+
+std::unique_ptr<LLM> load() {
+  EngineConfig c;
+  c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
+  c.num_threads = 2;
+  c.enable_prefix_caching = false;  // sharing must come from the fork, not the cache
+  return std::make_unique<LLM>(c);
+}
+
+EngineRequest choice(const std::string& id, const std::vector<int32_t>& prompt, uint64_t seed) {
+  EngineRequest r;
+  r.request_id = id;
+  r.prompt_token_ids = prompt;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = seed;
+  r.max_tokens = 20;
+  r.ignore_eos = true;
+  r.need_cumulative_logprob = true;
+  return r;
+}
+
+struct Out {
+  std::vector<int32_t> ids;
+  std::string text;
+  double cumulative_logprob = 0;
+  int32_t cached = 0;
+};
+
+std::map<std::string, Out> run(EngineCore& core, int32_t* peak_used_blocks = nullptr) {
+  std::map<std::string, Out> res;
+  while (core.has_work()) {
+    for (const RequestOutput& o : core.step()) {
+      Out& r = res[o.request_id];
+      r.ids.insert(r.ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      r.text += o.delta_text;
+      if (o.finished) {
+        r.cumulative_logprob = o.cumulative_logprob;
+        r.cached = o.num_cached_tokens;
+      }
+    }
+    if (peak_used_blocks) {
+      const BlockPool& p = core.llm().kv_manager().pool();
+      *peak_used_blocks = std::max(*peak_used_blocks, p.num_blocks() - p.num_free_blocks());
+    }
+  }
+  return res;
+}
+
+TEST(ParallelSampling, ForkedChoicesEqualSeparateRunsAndShareThePrompt) {
+  std::vector<int32_t> prompt{1};
+  for (int i = 0; i < 40; ++i) prompt.push_back(3 + (i * 53) % 500);  // 41 tokens: 2 full blocks + 9
+  auto llm = load();
+  std::map<std::string, Out> alone;
+  {
+    EngineCore core(*llm, {8, 512});
+    for (int i = 0; i < 4; ++i) core.add_request(choice("a" + std::to_string(i), prompt, 100 + i));
+    alone = run(core);
+  }
+  EngineCore core(*llm, {8, 512});
+  for (int i = 0; i < 4; ++i) {
+    EngineRequest r = choice("g" + std::to_string(i), prompt, 100 + i);
+    r.parallel_group = "cmpl-1";
+    r.parallel_group_size = 4;
+    core.add_request(r);
+  }
+  int32_t peak = 0;
+  const auto grouped = run(core, &peak);
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    const Out& g = grouped.at("g" + std::to_string(i));
+    const Out& a = alone.at("a" + std::to_string(i));
+    EXPECT_EQ(g.ids, a.ids);
+    EXPECT_EQ(g.text, a.text);
+    EXPECT_EQ(g.cumulative_logprob, a.cumulative_logprob);
+    EXPECT_LT(g.cumulative_logprob, 0.0);
+    EXPECT_EQ(g.cached, i == 0 ? 0 : 41);
+  }
+  // The prompt was computed once: 41 positions in steps that did not sample, but the last one
+  // (prompt_tokens counts computed tokens that yielded no new token; decode steps count 0).
+  EXPECT_EQ(core.counters().prompt_tokens, 41 - 1);
+  // Memory: 4 separate choices would hold 4 x ceil(60/16) = 16 blocks at the end; shared: the 2
+  // full prompt blocks once + per choice its copied partial block and its next block.
+  EXPECT_LE(peak, 2 + 4 * 2);
+  EXPECT_EQ(llm->kv_manager().pool().num_free_blocks(), llm->kv_cache().num_blocks());
+}
+
+TEST(ParallelSampling, AbortingTheLeaderBeforeItsFirstTokenPromotesAMember) {
+  auto llm = load();
+  EngineCore core(*llm, {8, 8});  // prompt of 30 tokens takes 4 steps of 8
+  std::vector<int32_t> prompt(30, 7);
+  prompt[0] = 1;
+  for (int i = 0; i < 3; ++i) {
+    EngineRequest r = choice("m" + std::to_string(i), prompt, 7 + i);
+    r.parallel_group = "grp";
+    r.parallel_group_size = 3;
+    core.add_request(r);
+  }
+  core.step();
+  auto out = core.abort_request("m0");
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->finish_reason, "abort");
+  const auto res = run(core);
+  EXPECT_EQ(res.at("m1").ids.size(), 20u);
+  EXPECT_EQ(res.at("m2").ids.size(), 20u);
+  EXPECT_EQ(res.count("m0"), 0u);
+  EXPECT_EQ(llm->kv_manager().pool().num_free_blocks(), llm->kv_cache().num_blocks());
+}
+
+}  // namespace
+}  // namespace pagellm
