@@ -147,9 +147,36 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0),
                          [](const ::testing::TestParamInfo<GgmlType>& info) { return type_name(info.param); });
 
+// The AVX-512 VNNI quantized kernels produce exactly the AVX2 kernels' bits (both follow ggml's
+// lane structure with exact integer lane sums), for odd and even block counts, every tile size
+// 1..8 and 1 or 2 threads.
+TEST(Matmul, Avx512VnniEqualsAvx2Bitwise) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI";
+  Rng rng(77);
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    for (int64_t cols : {32, 64, 96, 288, 2080}) {
+      const int64_t rows = 37;
+      const TestWeights w = make_weights(type, rows, cols, rng);
+      for (int64_t num_tokens : {1, 2, 5, 8, 9, 19}) {
+        SCOPED_TRACE(name_of(type) + " cols " + std::to_string(cols) + " tokens " + std::to_string(num_tokens));
+        std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);
+        for (int64_t c = 0; c < cols; c += 7) x[c] = 0.0f;  // zero blocks' neighbours, sparse values
+        std::vector<float> y512(num_tokens * rows), y2(num_tokens * rows);
+        matmul(w.view(), x.data(), num_tokens, y512.data(), &pool);
+        set_avx512_enabled(false);
+        matmul(w.view(), x.data(), num_tokens, y2.data(), nullptr);
+        set_avx512_enabled(true);
+        ASSERT_EQ(std::memcmp(y512.data(), y2.data(), y2.size() * 4), 0);
+      }
+    }
+  }
+}
+
 TEST(Matmul, ReportsSimdAvailability) {
   // Not an assertion: records in the log which path the other tests exercised.
   std::printf("cpu_has_avx2 (avx2+fma+f16c): %d\n", static_cast<int>(cpu_has_avx2()));
+  std::printf("cpu_has_avx512_vnni: %d\n", static_cast<int>(cpu_has_avx512_vnni()));
 }
 
 }  // namespace

@@ -15,6 +15,22 @@ bool probe_avx2() {
 #endif
 }
 
+bool probe_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool>& avx512_enabled() {
+  static std::atomic<bool> enabled{std::getenv("PAGELLM_NO_AVX512") == nullptr};
+  return enabled;
+}
+
 std::atomic<bool>& simd_enabled() {
   static std::atomic<bool> enabled{std::getenv("PAGELLM_NO_AVX2") == nullptr};
   return enabled;
@@ -30,5 +46,16 @@ bool cpu_has_avx2() {
 bool use_avx2() { return cpu_has_avx2() && simd_enabled().load(std::memory_order_relaxed); }
 
 void set_simd_enabled(bool enabled) { simd_enabled().store(enabled, std::memory_order_relaxed); }
+
+bool cpu_has_avx512_vnni() {
+  static const bool has = cpu_has_avx2() && probe_avx512_vnni();
+  return has;
+}
+
+bool use_avx512_vnni() {
+  return use_avx2() && cpu_has_avx512_vnni() && avx512_enabled().load(std::memory_order_relaxed);
+}
+
+void set_avx512_enabled(bool enabled) { avx512_enabled().store(enabled, std::memory_order_relaxed); }
 
 }  // namespace pagellm::kernels

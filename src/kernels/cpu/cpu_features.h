@@ -14,4 +14,11 @@ bool cpu_has_avx2();
 bool use_avx2();
 void set_simd_enabled(bool enabled);
 
+// True when this CPU also has AVX-512 F/BW/VL/DQ and VNNI (probed once). use_avx512_vnni() adds
+// use_avx2() and the absence of PAGELLM_NO_AVX512 at start-up (or set_avx512_enabled(false)):
+// the quantized matmuls then take the bit-identical VNNI kernels (matmul_avx512.cc).
+bool cpu_has_avx512_vnni();
+bool use_avx512_vnni();
+void set_avx512_enabled(bool enabled);
+
 }  // namespace pagellm::kernels

@@ -1,5 +1,8 @@
 // matmul(): shape checks, activation preparation, threading and ISA dispatch.
 //
+// Quantized weights on CPUs with AVX-512 VNNI take avx512::dot_*_tile (tiles of up to 8 tokens,
+// activations prepared once per call as PairQ8); the results are bit-identical to the AVX2 tiles.
+//
 // Work split (batch invariance): threads own contiguous ranges of output rows; inside a range,
 // rows are walked in blocks that stay in cache while every token visits them, tokens in tiles
 // of up to kMaxTileTokens. Each y[t, r] is one call-independent dot product (kernels_impl.h), so
@@ -15,6 +18,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/ops.h"
 
@@ -22,6 +26,7 @@ namespace pagellm::kernels {
 namespace {
 
 constexpr int64_t kBlockBytes = 64 * 1024;
+static_assert(avx512::kMaxTileTokens >= avx2::kMaxTileTokens);
 
 bool is_quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
 
@@ -79,12 +84,20 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const void* xa = x;
   int64_t x_stride = cols;
   thread_local std::vector<BlockQ8_0> xq;
+  thread_local std::vector<avx512::PairQ8> xp;
+  const bool vnni = simd && is_quantized(type) && use_avx512_vnni();
   if (is_quantized(type)) {
     x_stride = cols / kQK8_0;
     xq.resize(static_cast<size_t>(num_tokens * x_stride));
     for (int64_t t = 0; t < num_tokens; ++t) quantize_row_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
     xa = xq.data();
   }
+  const int64_t nb = cols / kQK8_0, np = (nb + 1) / 2;
+  if (vnni) {
+    xp.resize(static_cast<size_t>(num_tokens * np));
+    for (int64_t t = 0; t < num_tokens; ++t) avx512::prepare_pairs(type, xq.data() + t * nb, nb, xp.data() + t * np);
+  }
+  const avx512::PairQ8* xpa = xp.data();  // (workers see their own thread_local xp)
   thread_local std::vector<float> xr;
   if (type == GgmlType::F16 || type == GgmlType::BF16) {
     xr.resize(static_cast<size_t>(num_tokens * cols));
@@ -94,16 +107,26 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const auto* wbase = static_cast<const uint8_t*>(w.data);
   const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / row_bytes);
   const int64_t xa_elem = is_quantized(type) ? static_cast<int64_t>(sizeof(BlockQ8_0)) : 4;
+  const int64_t max_tile = vnni ? avx512::kMaxTileTokens : avx2::kMaxTileTokens;
 
+  // y[t0 .. t0 + m, r] -> out[0 .. m).
+  auto tile_at = [&](int64_t r, int64_t t0, int m, float* out) {
+    const uint8_t* wr = wbase + r * row_bytes;
+    if (vnni) {
+      const avx512::PairQ8* xt = xpa + t0 * np;
+      if (type == GgmlType::Q4_0) return avx512::dot_q4_0_tile(reinterpret_cast<const BlockQ4_0*>(wr), xt, np, nb, m, out);
+      return avx512::dot_q8_0_tile(reinterpret_cast<const BlockQ8_0*>(wr), xt, np, nb, m, out);
+    }
+    tile(type, simd, wr, static_cast<const uint8_t*>(xa) + t0 * x_stride * xa_elem, x_stride, cols, m, out);
+  };
   auto run_rows = [&](int64_t r_begin, int64_t r_end) {
-    float out[avx2::kMaxTileTokens];
+    float out[avx512::kMaxTileTokens];
     for (int64_t r0 = r_begin; r0 < r_end; r0 += block_rows) {
       const int64_t r1 = std::min(r_end, r0 + block_rows);
-      for (int64_t t0 = 0; t0 < num_tokens; t0 += avx2::kMaxTileTokens) {
-        const int m = static_cast<int>(std::min<int64_t>(avx2::kMaxTileTokens, num_tokens - t0));
-        const void* xt = static_cast<const uint8_t*>(xa) + t0 * x_stride * xa_elem;
+      for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
+        const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
         for (int64_t r = r0; r < r1; ++r) {
-          tile(type, simd, wbase + r * row_bytes, xt, x_stride, cols, m, out);
+          tile_at(r, t0, m, out);
           for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r] = out[k];
         }
       }
