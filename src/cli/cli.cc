@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   add("tokenize", "Print the token ids of a text as a JSON array", &add_tokenize);
   add("info", "Print a model's metadata, tensors, sizes and KV bytes per token", &add_info);
   add("make-model", "Write a random-weight GGUF of a named real shape (test and benchmark models)", &add_make_model);
+  add("serve", "OpenAI-compatible HTTP server with continuous batching", &add_serve);
   add("bench", "Benchmarks: `bench latency` (single-stream speed and memory bandwidth)", &add_bench);
   try {
     app.parse(argc, argv);

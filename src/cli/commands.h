@@ -15,6 +15,7 @@ Handler add_tokenize(CLI::App& app);
 Handler add_info(CLI::App& app);
 Handler add_make_model(CLI::App& app);
 Handler add_bench(CLI::App& app);
+Handler add_serve(CLI::App& app);
 
 // The model used when -m is not given: models/stories260K-f32.gguf, looked up in the current
 // directory, then beside the binary (../models when the binary is build/pagellm).

@@ -1,0 +1,48 @@
+// `pagellm serve`: the OpenAI-compatible HTTP server (src/server/serve.h).
+#include <cstdlib>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "server/serve.h"
+
+namespace pagellm::cli {
+
+Handler add_serve(CLI::App& app) {
+  auto o = std::make_shared<server::ServeOptions>();
+  auto kv_dtype = std::make_shared<std::string>("f32");
+  app.add_option("-m,--model", o->model_path, "GGUF model file (default: the bundled stories260K)");
+  app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", o->port, "TCP port (0: any free port, printed at start-up)")->capture_default_str();
+  app.add_option("--threads", o->threads, "Model worker threads (0: physical cores)")->capture_default_str();
+  app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--max-num-seqs", o->max_num_seqs, "Most requests running in one step")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget of one step (forward pass)")
+      ->capture_default_str();
+  app.add_option("--kv-cache-memory", o->kv_cache_memory,
+                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: one full context");
+  app.add_option("--kv-dtype", *kv_dtype, "KV cache dtype: f32 or f16")->capture_default_str();
+  app.add_option("--max-waiting", o->max_waiting, "Waiting-queue bound; beyond it requests get 429")
+      ->capture_default_str();
+  app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (default: $PAGELLM_API_KEY if set)");
+  app.add_option("--served-model-name", o->served_model_name,
+                 "Model name in the API (default: the file name without .gguf)");
+  app.add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger ones get 413")
+      ->capture_default_str();
+  app.add_option("--drain-timeout", o->drain_timeout_seconds,
+                 "Seconds to let running requests finish after SIGINT/SIGTERM")
+      ->capture_default_str();
+  return [o, kv_dtype] {
+    if (o->model_path.empty()) o->model_path = default_model_path();
+    if (o->api_key.empty()) {
+      if (const char* key = std::getenv("PAGELLM_API_KEY")) o->api_key = key;
+    }
+    if (*kv_dtype == "f32") o->kv_dtype = GgmlType::F32;
+    else if (*kv_dtype == "f16") o->kv_dtype = GgmlType::F16;
+    else throw Error("--kv-dtype must be f32 or f16, got '" + *kv_dtype + "'");
+    if (o->max_body_bytes < 1) throw Error("--max-body-bytes must be positive");
+    if (o->drain_timeout_seconds < 0) throw Error("--drain-timeout must be >= 0");
+    return server::run_serve(*o);
+  };
+}
+
+}  // namespace pagellm::cli

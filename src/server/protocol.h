@@ -1,0 +1,150 @@
+// The OpenAI-compatible request and response bodies: parse + validate (pure functions of the JSON
+// body and the served model) and serialise. No I/O here; routes.cc and generation.cc do that.
+//
+// References: OpenAI API reference ("Completions" (legacy), "Chat Completions", "Models",
+// "Error codes"), and vLLM's OpenAI server (`vllm/entrypoints/openai/protocol.py`) where OpenAI is
+// silent: `stop_token_ids`, `ignore_eos`, `top_k`, `min_p`, `repetition_penalty`, `priority`,
+// `stop_reason`, /tokenize and /detokenize.
+//
+// Every validation failure throws ApiError (400 unless noted) whose `param` names the field.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine_types.h"
+#include "server/api_error.h"
+#include "server/chat_template.h"
+
+namespace pagellm {
+class GgufFile;
+class Tokenizer;
+}  // namespace pagellm
+
+namespace pagellm::server {
+
+// Largest `logprobs` (completions) / `top_logprobs` (chat), as vLLM's default max_logprobs.
+inline constexpr int32_t kMaxLogprobs = 20;
+// Largest `n` per prompt.
+inline constexpr int32_t kMaxN = 128;
+// Largest number of sequences (prompts x n) one HTTP request may start.
+inline constexpr int32_t kMaxSequencesPerRequest = 1024;
+
+// What the parsers need to know about the served model.
+struct ModelInfo {
+  const Tokenizer* tokenizer = nullptr;  // not null
+  const GgufFile* file = nullptr;        // source of tokenizer.chat_template; not null
+  std::string served_model_name;         // the only accepted `model` value
+  int32_t max_model_len = 0;             // context length, tokens (prompt + generated)
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+// One prompt after tokenisation.
+struct PromptPlan {
+  std::vector<int32_t> token_ids;  // non-empty, ids in [0, vocab_size)
+  std::string text;                // for echo: the string prompt as given, or the decoded ids
+};
+
+// A validated generation request, ready for the engine.
+struct GenerationPlan {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;    // served model name
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions only
+  int32_t n = 1;
+  // Top logprobs per token: -1 none; completions: `logprobs`; chat: `top_logprobs` (0 when
+  // `logprobs` is true without it).
+  int32_t logprobs = -1;
+  std::vector<PromptPlan> prompts;
+  // [prompts.size() * n]: requests[i] is choice i, of prompt i / n; ids "<id>-<i>"; with a seed,
+  // choice j of a prompt uses seed + j (vLLM's parallel-sampling rule).
+  std::vector<EngineRequest> requests;
+};
+
+// POST /v1/completions. `id` becomes plan.id; `created` is Unix seconds.
+GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelInfo& model, const std::string& id,
+                                        int64_t created);
+// POST /v1/chat/completions. Default max_tokens: the rest of the context.
+GenerationPlan parse_chat_request(const nlohmann::json& body, const ModelInfo& model, const std::string& id,
+                                  int64_t created);
+// Parses `messages` (array of {role, content: string | [{type: "text", text}] | null}); text
+// parts are joined with "\n" (as vLLM).
+std::vector<ChatMessage> parse_messages(const nlohmann::json& messages);
+// The model's chat template (server/chat_template.h) applied to `messages` and tokenised per its
+// BOS contract: exactly one BOS when the tokenizer adds one. Throws ApiError 400 (param
+// "messages") for a role the template cannot render.
+std::vector<int32_t> tokenize_chat(const ModelInfo& model, const std::vector<ChatMessage>& messages,
+                                   bool add_generation_prompt);
+
+// Parses a JSON body; 400 for malformed JSON or a top level that is not an object.
+nlohmann::json parse_json_body(const std::string& body);
+// Serialises a response body; invalid UTF-8 (possible in token pieces) becomes U+FFFD.
+std::string dump_json(const nlohmann::json& j);
+
+// ---- responses ----
+
+// The finished state of one choice.
+struct ChoiceResult {
+  std::vector<int32_t> token_ids;
+  std::vector<SampleResult> logprobs;  // one per token when plan.logprobs >= 0
+  std::string text;                    // generated text (no echo)
+  std::string finish_reason;           // "stop" | "length" | "abort"
+  std::optional<std::string> stop_reason;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;      // each prompt counted once, whatever n
+  int64_t completion_tokens = 0;  // all choices
+};
+Usage plan_usage(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices);
+
+// Non-streamed bodies: object "text_completion" / "chat.completion". choices[i] is choice i.
+nlohmann::json completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
+                                   const Tokenizer& tokenizer);
+nlohmann::json chat_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
+                             const Tokenizer& tokenizer);
+
+// Streamed chunks. Completions: object "text_completion", choices [{index, text, logprobs,
+// finish_reason, stop_reason}]. Chat: object "chat.completion.chunk", choices [{index, delta,
+// logprobs, finish_reason, stop_reason}]. With include_usage every chunk carries "usage": null.
+nlohmann::json completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
+                                nlohmann::json logprobs, const std::optional<std::string>& finish_reason,
+                                const std::optional<std::string>& stop_reason);
+nlohmann::json chat_chunk(const GenerationPlan& plan, int32_t index, nlohmann::json delta, nlohmann::json logprobs,
+                          const std::optional<std::string>& finish_reason,
+                          const std::optional<std::string>& stop_reason);
+// The final chunk of stream_options.include_usage: empty choices and the usage.
+nlohmann::json usage_chunk(const GenerationPlan& plan, const Usage& usage);
+
+// Legacy completions logprobs {tokens, token_logprobs, top_logprobs, text_offset}.
+// `echoed` prompt tokens come first with null token_logprobs and top_logprobs (we do not compute
+// prompt logprobs). text_offset: byte offset in the choice's text, starting at *offset and
+// advancing by each token's piece length (updated, for the next streamed chunk).
+nlohmann::json completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
+                                   std::span<const SampleResult> sampled, size_t* offset);
+// Chat logprobs content [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}].
+nlohmann::json chat_logprobs_content(const Tokenizer& tokenizer, std::span<const SampleResult> sampled,
+                                     int32_t top_logprobs);
+
+// ---- other endpoints ----
+
+// POST /tokenize: {"prompt", "add_special_tokens"?} or {"messages", "add_generation_prompt"?,
+// "add_special_tokens"?} -> {"tokens", "count", "max_model_len"}.
+nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& model);
+// POST /detokenize: {"tokens": [ids]} -> {"prompt": text}.
+nlohmann::json detokenize_response(const nlohmann::json& body, const ModelInfo& model);
+// GET /v1/models: one model, `created` Unix seconds.
+nlohmann::json models_response(const ModelInfo& model, int64_t created);
+
+// A fresh id: prefix + 32 random hex digits.
+std::string random_id(const std::string& prefix);
+
+}  // namespace pagellm::server

@@ -1,0 +1,254 @@
+// Request fields shared by completions and chat, the fan-out into engine requests, and small
+// helpers (error bodies, ids, JSON in and out).
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/error.h"
+#include "server/protocol_internal.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<std::string> parse_stop(const Fields& f) {
+  const nlohmann::json* v = f.get("stop");
+  std::vector<std::string> stop;
+  if (!v) return stop;
+  if (v->is_string()) {
+    stop.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const nlohmann::json& s : *v) {
+      if (!s.is_string()) wrong_type("stop", "a string or an array of strings", *v);
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    wrong_type("stop", "a string or an array of strings", *v);
+  }
+  for (const std::string& s : stop) {
+    if (s.empty()) throw bad_request("'stop' strings must not be empty", "stop");
+  }
+  return stop;
+}
+
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Fields& f, int32_t vocab_size) {
+  const nlohmann::json* v = f.get("logit_bias");
+  std::vector<std::pair<int32_t, float>> bias;
+  if (!v) return bias;
+  if (!v->is_object()) wrong_type("logit_bias", "an object mapping token ids to numbers", *v);
+  for (const auto& [key, value] : v->items()) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != key.size() || key.empty()) {
+      throw bad_request("'logit_bias' keys must be token ids, got \"" + key + "\"", "logit_bias");
+    }
+    if (id < 0 || id >= vocab_size) {
+      throw bad_request("'logit_bias' token id " + key + " is outside the vocabulary [0, " +
+                            std::to_string(vocab_size) + ")",
+                        "logit_bias");
+    }
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || std::fabs(value.get<double>()) > 100.0) {
+      throw bad_request("'logit_bias' values must be numbers in [-100, 100], got " + value.dump() + " for " + key,
+                        "logit_bias");
+    }
+    bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return bias;
+}
+
+SamplingParams parse_sampling(const Fields& f, int32_t vocab_size) {
+  SamplingParams s;
+  if (auto t = f.number("temperature", 0.0, kInf)) s.temperature = static_cast<float>(*t);
+  if (auto p = f.number("top_p", 0.0, 1.0)) {
+    if (*p <= 0.0) throw bad_request("'top_p' must be in (0, 1], got 0", "top_p");
+    s.top_p = static_cast<float>(*p);
+  }
+  if (auto k = f.integer("top_k", -1, std::numeric_limits<int32_t>::max())) s.top_k = static_cast<int32_t>(*k);
+  if (auto m = f.number("min_p", 0.0, 1.0)) s.min_p = static_cast<float>(*m);
+  if (auto p = f.number("presence_penalty", -2.0, 2.0)) s.presence_penalty = static_cast<float>(*p);
+  if (auto p = f.number("frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*p);
+  if (auto r = f.number("repetition_penalty", 0.0, kInf)) {
+    if (*r <= 0.0) throw bad_request("'repetition_penalty' must be > 0, got 0", "repetition_penalty");
+    s.repetition_penalty = static_cast<float>(*r);
+  }
+  if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    s.seed = static_cast<uint64_t>(*seed);
+  }
+  s.logit_bias = parse_logit_bias(f, vocab_size);
+  return s;
+}
+
+void check_model(const Fields& f, const ModelInfo& model) {
+  const std::optional<std::string> name = f.string("model");
+  if (name && *name != model.served_model_name) {
+    throw bad_request("The model '" + *name + "' does not exist; this server serves '" + model.served_model_name + "'",
+                      "model", "model_not_found");
+  }
+}
+
+}  // namespace
+
+CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool chat) {
+  check_model(f, model);
+  const int32_t vocab_size = model.tokenizer->vocab_size();
+  CommonParams p;
+  p.sampling = parse_sampling(f, vocab_size);
+  constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+  p.max_tokens = f.integer("max_tokens", 1, kMaxInt32);
+  if (chat) {
+    if (auto m = f.integer("max_completion_tokens", 1, kMaxInt32)) p.max_tokens = m;
+  }
+  p.n = static_cast<int32_t>(f.integer("n", 1, kMaxN).value_or(1));
+  p.stop = parse_stop(f);
+  if (const nlohmann::json* ids = f.get("stop_token_ids")) p.stop_token_ids = parse_token_ids(*ids, vocab_size, "stop_token_ids");
+  p.ignore_eos = f.boolean("ignore_eos").value_or(false);
+  p.stream = f.boolean("stream").value_or(false);
+  if (const nlohmann::json* so = f.get("stream_options")) {
+    if (!p.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+    const Fields sf(*so);
+    p.include_usage = sf.boolean("include_usage").value_or(false);
+    (void)sf.boolean("continuous_usage_stats");
+  }
+  p.priority = static_cast<int32_t>(f.integer("priority", std::numeric_limits<int32_t>::min(), kMaxInt32).value_or(0));
+  (void)f.string("user");  // accepted and ignored, as the OpenAI API allows
+  return p;
+}
+
+std::vector<int32_t> parse_token_ids(const nlohmann::json& v, int32_t vocab_size, const std::string& param) {
+  if (!v.is_array()) wrong_type(param, "an array of token ids", v);
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const nlohmann::json& e : v) {
+    const std::optional<int64_t> id = as_integer(e);
+    if (!id) wrong_type(param, "an array of token ids", v);
+    if (*id < 0 || *id >= vocab_size) {
+      throw bad_request("token id " + std::to_string(*id) + " in '" + param + "' is outside the vocabulary [0, " +
+                            std::to_string(vocab_size) + ")",
+                        param);
+    }
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
+}
+
+namespace {
+
+// max_tokens for one prompt, or 400 when prompt + max_tokens exceeds the context.
+int32_t checked_max_tokens(size_t prompt_len, const CommonParams& p, const ModelInfo& model, int64_t default_max,
+                           const char* prompt_param) {
+  const int64_t ctx = model.max_model_len;
+  const auto len = static_cast<int64_t>(prompt_len);
+  if (len == 0) throw bad_request(std::string("'") + prompt_param + "' has no tokens", prompt_param);
+  const int64_t max_tokens = p.max_tokens.value_or(default_max < 0 ? ctx - len : default_max);
+  if (len >= ctx || len + max_tokens > ctx) {
+    throw bad_request("This model's maximum context length is " + std::to_string(ctx) + " tokens. However, you requested " +
+                          std::to_string(len + max_tokens) + " tokens (" + std::to_string(len) + " in the " +
+                          prompt_param + ", " + std::to_string(max_tokens) +
+                          " for the completion). Please reduce the length of the " + prompt_param + " or completion.",
+                      p.max_tokens ? "max_tokens" : prompt_param, "context_length_exceeded");
+  }
+  return static_cast<int32_t>(max_tokens);
+}
+
+void validate_sampling(const SamplingParams& s, int32_t vocab_size) {
+  try {
+    s.validate(vocab_size);
+  } catch (const Error& e) {
+    // "SamplingParams.<field> ..." names the field.
+    std::string msg = e.what();
+    std::optional<std::string> param;
+    const std::string prefix = "SamplingParams.";
+    if (msg.rfind(prefix, 0) == 0) param = msg.substr(prefix.size(), msg.find(' ') - prefix.size());
+    throw bad_request(msg, param);
+  }
+}
+
+}  // namespace
+
+void fan_out(GenerationPlan* plan, const CommonParams& p, const ModelInfo& model, int64_t default_max_tokens,
+             const char* prompt_param) {
+  validate_sampling(p.sampling, model.tokenizer->vocab_size());
+  plan->stream = p.stream;
+  plan->include_usage = p.include_usage;
+  plan->n = p.n;
+  const size_t total = plan->prompts.size() * static_cast<size_t>(p.n);
+  if (total > static_cast<size_t>(kMaxSequencesPerRequest)) {
+    throw bad_request("prompts x n = " + std::to_string(total) + " sequences; at most " +
+                          std::to_string(kMaxSequencesPerRequest) + " per request",
+                      "n");
+  }
+  plan->requests.clear();
+  for (const PromptPlan& prompt : plan->prompts) {
+    const int32_t max_tokens = checked_max_tokens(prompt.token_ids.size(), p, model, default_max_tokens, prompt_param);
+    for (int32_t j = 0; j < p.n; ++j) {
+      EngineRequest r;
+      r.request_id = plan->id + "-" + std::to_string(plan->requests.size());
+      r.prompt_token_ids = prompt.token_ids;
+      r.sampling = p.sampling;
+      r.sampling.logprobs = plan->logprobs;
+      if (p.sampling.seed) r.sampling.seed = *p.sampling.seed + static_cast<uint64_t>(j);
+      r.max_tokens = max_tokens;
+      r.stop = p.stop;
+      r.stop_token_ids = p.stop_token_ids;
+      r.ignore_eos = p.ignore_eos;
+      r.priority = p.priority;
+      plan->requests.push_back(std::move(r));
+    }
+  }
+}
+
+double json_logprob(float logprob) {
+  if (std::isnan(logprob) || logprob < -9999.0f) return -9999.0;
+  return logprob;
+}
+
+Usage plan_usage(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices) {
+  Usage u;
+  for (const PromptPlan& p : plan.prompts) u.prompt_tokens += static_cast<int64_t>(p.token_ids.size());
+  for (const ChoiceResult& c : choices) u.completion_tokens += static_cast<int64_t>(c.token_ids.size());
+  return u;
+}
+
+std::string error_body(const ApiError& e) {
+  nlohmann::json err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
+  if (e.param()) err["param"] = *e.param();
+  if (e.code()) err["code"] = *e.code();
+  return dump_json(nlohmann::json{{"error", std::move(err)}});
+}
+
+nlohmann::json parse_json_body(const std::string& body) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_request(std::string("malformed JSON body: ") + e.what());
+  }
+  if (!j.is_object()) throw bad_request("the request body must be a JSON object");
+  return j;
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string random_id(const std::string& prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = prefix;
+  for (int i = 0; i < 2; ++i) {
+    uint64_t x = rng();
+    for (int k = 0; k < 16; ++k, x >>= 4) id.push_back(kHex[x & 15]);
+  }
+  return id;
+}
+
+}  // namespace pagellm::server

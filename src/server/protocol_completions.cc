@@ -1,0 +1,165 @@
+// POST /v1/completions (OpenAI's legacy completions): request parsing and response bodies.
+#include "server/protocol_internal.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+
+namespace {
+
+bool all_of_kind(const nlohmann::json& arr, bool (nlohmann::json::*pred)() const noexcept) {
+  for (const nlohmann::json& e : arr) {
+    if (!(e.*pred)()) return false;
+  }
+  return true;
+}
+
+PromptPlan text_prompt(const std::string& text, const ModelInfo& model, bool add_special) {
+  PromptPlan p;
+  p.text = text;
+  p.token_ids = model.tokenizer->encode(text, add_special, /*parse_special=*/true);
+  return p;
+}
+
+PromptPlan ids_prompt(const nlohmann::json& ids, const ModelInfo& model) {
+  PromptPlan p;
+  p.token_ids = parse_token_ids(ids, model.tokenizer->vocab_size(), "prompt");
+  p.text = model.tokenizer->decode(p.token_ids, /*skip_special=*/false);
+  return p;
+}
+
+// prompt: string | [string] | [int] | [[int]]; each prompt becomes one PromptPlan.
+std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model) {
+  const nlohmann::json* v = f.get("prompt");
+  if (!v) throw bad_request("'prompt' is required", "prompt");
+  const bool add_special = f.boolean("add_special_tokens").value_or(true);
+  const char* kWhat = "a string, an array of strings, an array of token ids or an array of token-id arrays";
+  std::vector<PromptPlan> prompts;
+  if (v->is_string()) {
+    prompts.push_back(text_prompt(v->get<std::string>(), model, add_special));
+  } else if (!v->is_array() || v->empty()) {
+    wrong_type("prompt", kWhat, *v);
+  } else if (all_of_kind(*v, &nlohmann::json::is_string)) {
+    for (const nlohmann::json& s : *v) prompts.push_back(text_prompt(s.get<std::string>(), model, add_special));
+  } else if (all_of_kind(*v, &nlohmann::json::is_number)) {
+    prompts.push_back(ids_prompt(*v, model));
+  } else if (all_of_kind(*v, &nlohmann::json::is_array)) {
+    for (const nlohmann::json& ids : *v) prompts.push_back(ids_prompt(ids, model));
+  } else {
+    wrong_type("prompt", kWhat, *v);
+  }
+  return prompts;
+}
+
+}  // namespace
+
+GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelInfo& model, const std::string& id,
+                                        int64_t created) {
+  const Fields f(body);
+  if (f.get("suffix")) throw bad_request("'suffix' is not supported", "suffix");
+  if (auto best_of = f.integer("best_of", 1, kMaxN); best_of && *best_of > 1) {
+    throw bad_request("'best_of' > 1 is not supported", "best_of");
+  }
+  const CommonParams p = parse_common_params(f, model, /*chat=*/false);
+  GenerationPlan plan;
+  plan.endpoint = Endpoint::kCompletions;
+  plan.id = id;
+  plan.created = created;
+  plan.model = model.served_model_name;
+  plan.echo = f.boolean("echo").value_or(false);
+  plan.logprobs = static_cast<int32_t>(f.integer("logprobs", 0, kMaxLogprobs).value_or(-1));
+  plan.prompts = parse_prompts(f, model);
+  fan_out(&plan, p, model, /*default_max_tokens=*/16, "prompt");
+  return plan;
+}
+
+nlohmann::json completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
+                                   std::span<const SampleResult> sampled, size_t* offset) {
+  nlohmann::json tokens = nlohmann::json::array(), token_logprobs = nlohmann::json::array();
+  nlohmann::json top = nlohmann::json::array(), text_offset = nlohmann::json::array();
+  auto add_token = [&](int32_t id) {
+    std::string piece = tokenizer.token_to_piece(id);
+    text_offset.push_back(*offset);
+    *offset += piece.size();
+    tokens.push_back(std::move(piece));
+  };
+  for (int32_t id : echoed) {
+    add_token(id);
+    token_logprobs.push_back(nullptr);
+    top.push_back(nullptr);
+  }
+  for (const SampleResult& s : sampled) {
+    add_token(s.token_id);
+    token_logprobs.push_back(json_logprob(s.logprob));
+    // The top-k map plus the sampled token, as vLLM returns (k + 1 entries at most).
+    nlohmann::json m = nlohmann::json::object();
+    for (const TokenLogprob& t : s.top_logprobs) m[tokenizer.token_to_piece(t.token_id)] = json_logprob(t.logprob);
+    m[tokenizer.token_to_piece(s.token_id)] = json_logprob(s.logprob);
+    top.push_back(std::move(m));
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(text_offset)}};
+}
+
+nlohmann::json completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
+                                   const Tokenizer& tokenizer) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    const PromptPlan& prompt = plan.prompts[i / static_cast<size_t>(plan.n)];
+    nlohmann::json logprobs = nullptr;
+    if (plan.logprobs >= 0) {
+      size_t offset = 0;
+      std::span<const int32_t> echoed;
+      if (plan.echo) echoed = prompt.token_ids;
+      logprobs = completion_logprobs(tokenizer, echoed, c.logprobs, &offset);
+    }
+    out.push_back({{"index", i},
+                   {"text", plan.echo ? prompt.text + c.text : c.text},
+                   {"logprobs", std::move(logprobs)},
+                   {"finish_reason", c.finish_reason},
+                   {"stop_reason", optional_json(c.stop_reason)}});
+  }
+  const Usage u = plan_usage(plan, choices);
+  return {{"id", plan.id},
+          {"object", "text_completion"},
+          {"created", plan.created},
+          {"model", plan.model},
+          {"choices", std::move(out)},
+          {"usage",
+           {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}}}};
+}
+
+nlohmann::json completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
+                                nlohmann::json logprobs, const std::optional<std::string>& finish_reason,
+                                const std::optional<std::string>& stop_reason) {
+  nlohmann::json choice = {{"index", index},
+                           {"text", text},
+                           {"logprobs", std::move(logprobs)},
+                           {"finish_reason", optional_json(finish_reason)},
+                           {"stop_reason", optional_json(stop_reason)}};
+  nlohmann::json chunk = {{"id", plan.id},
+                          {"object", "text_completion"},
+                          {"created", plan.created},
+                          {"model", plan.model},
+                          {"choices", nlohmann::json::array({std::move(choice)})}};
+  if (plan.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+nlohmann::json usage_chunk(const GenerationPlan& plan, const Usage& u) {
+  return {{"id", plan.id},
+          {"object", plan.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+          {"created", plan.created},
+          {"model", plan.model},
+          {"choices", nlohmann::json::array()},
+          {"usage",
+           {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}}}};
+}
+
+}  // namespace pagellm::server

@@ -1,0 +1,49 @@
+// POST /tokenize, POST /detokenize (vLLM's shapes) and GET /v1/models.
+#include "core/error.h"
+#include "server/protocol_internal.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+
+nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& model) {
+  const Fields f(body);
+  if (const std::optional<std::string> name = f.string("model"); name && *name != model.served_model_name) {
+    throw bad_request("The model '" + *name + "' does not exist", "model", "model_not_found");
+  }
+  std::vector<int32_t> ids;
+  if (const nlohmann::json* messages = f.get("messages")) {
+    const std::vector<ChatMessage> parsed = parse_messages(*messages);
+    ids = tokenize_chat(model, parsed, f.boolean("add_generation_prompt").value_or(true));
+  } else if (const std::optional<std::string> prompt = f.string("prompt")) {
+    const bool add_special = f.boolean("add_special_tokens").value_or(true);
+    ids = model.tokenizer->encode(*prompt, add_special, /*parse_special=*/true);
+  } else {
+    throw bad_request("'prompt' (a string) or 'messages' is required", "prompt");
+  }
+  const auto count = static_cast<int64_t>(ids.size());
+  return {{"tokens", std::move(ids)}, {"count", count}, {"max_model_len", model.max_model_len}};
+}
+
+nlohmann::json detokenize_response(const nlohmann::json& body, const ModelInfo& model) {
+  const Fields f(body);
+  if (const std::optional<std::string> name = f.string("model"); name && *name != model.served_model_name) {
+    throw bad_request("The model '" + *name + "' does not exist", "model", "model_not_found");
+  }
+  const nlohmann::json* tokens = f.get("tokens");
+  if (!tokens) throw bad_request("'tokens' is required", "tokens");
+  const std::vector<int32_t> ids = parse_token_ids(*tokens, model.tokenizer->vocab_size(), "tokens");
+  return {{"prompt", model.tokenizer->decode(ids, /*skip_special=*/false)}};
+}
+
+nlohmann::json models_response(const ModelInfo& model, int64_t created) {
+  nlohmann::json card = {{"id", model.served_model_name},
+                         {"object", "model"},
+                         {"created", created},
+                         {"owned_by", "pagellm"},
+                         {"root", model.served_model_name},
+                         {"parent", nullptr},
+                         {"max_model_len", model.max_model_len}};
+  return {{"object", "list"}, {"data", nlohmann::json::array({std::move(card)})}};
+}
+
+}  // namespace pagellm::server

@@ -1,0 +1,166 @@
+#include "server/serve.h"
+
+#include <pthread.h>
+#include <sys/resource.h>
+
+#include <cctype>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+#include "engine/async_engine.h"
+#include "format/gguf.h"
+#include "kv/kv_cache.h"
+#include "model/llama_config.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/routes.h"
+
+namespace pagellm::server {
+
+namespace {
+
+void log(const std::string& line) {
+  std::fprintf(stderr, "pagellm serve: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+// Each thread started after this inherits the mask; the main thread takes the signals in sigwait.
+sigset_t block_shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  return set;
+}
+
+// Each open connection holds a descriptor: lift the soft limit to the hard one (often 1024 ->
+// 1M), so that thousands of streams can be open at once.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+// Bytes for `blocks` KV blocks of the model at `path`.
+int64_t bytes_for_blocks(const std::string& path, int64_t blocks, int32_t block_size, GgmlType dtype) {
+  const std::unique_ptr<GgufFile> f = GgufFile::open(path);
+  const LlamaConfig c = LlamaConfig::from_gguf(*f);
+  const KvCacheShape shape{static_cast<int32_t>(c.num_hidden_layers), static_cast<int32_t>(c.num_key_value_heads),
+                           static_cast<int32_t>(c.head_dim), dtype};
+  return blocks * block_size * shape.bytes_per_token();
+}
+
+std::unique_ptr<LLM> load_model(const ServeOptions& o) {
+  EngineConfig cfg;
+  cfg.model_path = o.model_path;
+  cfg.num_threads = o.threads;
+  cfg.kv_dtype = o.kv_dtype;
+  cfg.max_num_batched_tokens = o.max_num_batched_tokens;
+  if (!o.kv_cache_memory.empty()) {
+    const KvCacheMemory m = parse_kv_cache_memory(o.kv_cache_memory);
+    cfg.kv_cache_bytes = m.bytes > 0 ? m.bytes : bytes_for_blocks(o.model_path, m.blocks, cfg.block_size, cfg.kv_dtype);
+  }
+  auto llm = std::make_unique<LLM>(cfg);
+  const KvCache& kv = llm->kv_cache();
+  const int64_t tokens = int64_t{kv.num_blocks()} * kv.block_size();
+  char line[256];
+  std::snprintf(line, sizeof line, "KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB (%s); context %lld tokens",
+                kv.num_blocks(), kv.block_size(), static_cast<long long>(tokens), kv.bytes() / 1048576.0,
+                o.kv_dtype == GgmlType::F16 ? "f16" : "f32",
+                static_cast<long long>(llm->model().config().max_position_embeddings));
+  log(line);
+  return llm;
+}
+
+}  // namespace
+
+KvCacheMemory parse_kv_cache_memory(const std::string& text) {
+  auto fail = [&]() -> KvCacheMemory {
+    throw Error("--kv-cache-memory: expected bytes (e.g. 1073741824, 64MiB, 1.5GiB) or a block count (e.g. 200blocks), got '" +
+                text + "'");
+  };
+  std::string s;
+  for (char ch : text) {
+    if (!std::isspace(static_cast<unsigned char>(ch))) s += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return fail();
+  }
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])) || !std::isfinite(value)) return fail();
+  const std::string unit = s.substr(used);
+  KvCacheMemory m;
+  if (unit == "blocks" || unit == "block") {
+    if (value < 1 || value != std::floor(value)) return fail();
+    m.blocks = static_cast<int64_t>(value);
+    return m;
+  }
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},      {"b", 1},         {"kb", 1e3},      {"mb", 1e6},      {"gb", 1e9},      {"tb", 1e12},
+      {"k", 1024.0}, {"kib", 1024.0}, {"m", 1048576.0}, {"mib", 1048576.0}, {"g", 1073741824.0},
+      {"gib", 1073741824.0}, {"t", 1099511627776.0}, {"tib", 1099511627776.0}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = value * scale;
+    if (bytes < 1 || bytes > 9e18) return fail();
+    m.bytes = static_cast<int64_t>(bytes);
+    return m;
+  }
+  return fail();
+}
+
+std::string default_served_model_name(const std::string& model_path) {
+  std::filesystem::path p(model_path);
+  if (p.extension() == ".gguf") return p.stem().string();
+  return p.filename().string();
+}
+
+int run_serve(const ServeOptions& o) {
+  const sigset_t signals = block_shutdown_signals();
+  raise_fd_limit();
+  const std::string name = o.served_model_name.empty() ? default_served_model_name(o.model_path) : o.served_model_name;
+  SchedulerConfig sched;
+  sched.max_num_seqs = o.max_num_seqs;
+  sched.max_num_batched_tokens = o.max_num_batched_tokens;
+  sched.max_waiting = o.max_waiting;
+  AsyncEngine engine(load_model(o), sched);
+  ServerMetrics metrics(name);
+  Routes routes(engine, metrics, name, o.api_key);
+  HttpServer::Options http;
+  http.host = o.host;
+  http.port = o.port;
+  http.max_body_bytes = o.max_body_bytes;
+  http.io_threads = o.io_threads;
+  http.on_status = [&metrics](int status) { metrics.on_http_status(status); };
+  HttpServer server(http, [&routes](HttpRequest req, std::shared_ptr<Exchange> ex) {
+    routes.handle(std::move(req), std::move(ex));
+  });
+  server.start();
+  log("serving model '" + name + "' on http://" + o.host + ":" + std::to_string(server.port()) +
+      (o.api_key.empty() ? "" : " (API key required)"));
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ": draining (up to " +
+      std::to_string(o.drain_timeout_seconds) + " s)");
+  routes.set_draining();
+  server.stop_accepting();
+  engine.drain(o.drain_timeout_seconds);
+  if (!server.wait_idle(5.0)) log("some responses were still being written at exit");
+  server.stop();
+  log("stopped");
+  return 0;
+}
+
+}  // namespace pagellm::server

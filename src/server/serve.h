@@ -1,0 +1,48 @@
+// `pagellm serve`: loads the model, starts the engine thread and the HTTP server, and runs until
+// SIGINT / SIGTERM; then stops accepting, lets running requests finish for up to the drain
+// timeout, aborts the rest (their streams end with finish_reason "abort"), and returns 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace pagellm::server {
+
+struct ServeOptions {
+  std::string model_path;
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;                  // 0: ephemeral (the log line names it)
+  int threads = 0;                       // model worker threads; 0: physical cores
+  int io_threads = 2;                    // HTTP I/O threads
+  int32_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 512;
+  std::string kv_cache_memory;           // "" (one full context) or parse_kv_cache_memory's forms
+  GgmlType kv_dtype = GgmlType::F32;
+  int32_t max_waiting = 1024;
+  std::string api_key;                   // "" : no authentication
+  std::string served_model_name;         // "" : the model file name without ".gguf"
+  int64_t max_body_bytes = 8 << 20;
+  double drain_timeout_seconds = 30;
+};
+
+// A --kv-cache-memory value: exactly one of the two is > 0.
+struct KvCacheMemory {
+  int64_t bytes = 0;
+  int64_t blocks = 0;
+};
+
+// "1073741824", "64MiB", "1.5GiB", "512KB", "2G", "200blocks", "200 blocks". Units: B; KB, MB, GB,
+// TB (powers of 1000); KiB, MiB, GiB, TiB and K, M, G, T (powers of 1024). Case-insensitive.
+// Throws pagellm::Error naming the flag and the value for anything else or a value < 1.
+KvCacheMemory parse_kv_cache_memory(const std::string& text);
+
+// "models/stories260K-f32.gguf" -> "stories260K-f32".
+std::string default_served_model_name(const std::string& model_path);
+
+// Runs the server; returns the process exit code. Throws pagellm::Error for a bad model file,
+// option or address (before anything is served).
+int run_serve(const ServeOptions& options);
+
+}  // namespace pagellm::server

@@ -1,0 +1,375 @@
+// Request parsing and validation (every bad field -> 400 naming the param), fan-out, and the
+// response shapes, on the bundled stories260K tokenizer (no model run).
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "format/gguf.h"
+#include "server/protocol.h"
+#include "server/sse.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+namespace {
+
+class ProtocolTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    file_ = GgufFile::open(test::source_dir() + "/models/stories260K-f32.gguf").release();
+    tok_ = Tokenizer::from_gguf(*file_).release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete file_;
+  }
+  ModelInfo model() const { return ModelInfo{tok_, file_, "stories260K", 512}; }
+  GenerationPlan completion(const std::string& body) {
+    return parse_completion_request(nlohmann::json::parse(body), model(), "cmpl-x", 1700000000);
+  }
+  GenerationPlan chat(const std::string& body) {
+    return parse_chat_request(nlohmann::json::parse(body), model(), "chatcmpl-x", 1700000000);
+  }
+  static GgufFile* file_;
+  static Tokenizer* tok_;
+};
+GgufFile* ProtocolTest::file_ = nullptr;
+Tokenizer* ProtocolTest::tok_ = nullptr;
+
+struct BadCase {
+  const char* body;
+  const char* param;  // expected ApiError param
+};
+
+const BadCase kBadCompletions[] = {
+    {R"({"prompt": "x", "max_tokens": -1})", "max_tokens"},
+    {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+    {R"({"prompt": "x", "max_tokens": "5"})", "max_tokens"},
+    {R"({"prompt": "x", "max_tokens": 2.5})", "max_tokens"},
+    {R"({"prompt": "x", "max_tokens": true})", "max_tokens"},
+    {R"({"prompt": "x", "max_tokens": 600})", "max_tokens"},
+    {R"({"prompt": "x", "temperature": -0.5})", "temperature"},
+    {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+    {R"({"prompt": "x", "top_p": 0})", "top_p"},
+    {R"({"prompt": "x", "top_p": 1.5})", "top_p"},
+    {R"({"prompt": "x", "top_k": -2})", "top_k"},
+    {R"({"prompt": "x", "min_p": 2})", "min_p"},
+    {R"({"prompt": "x", "n": 0})", "n"},
+    {R"({"prompt": "x", "n": 1000})", "n"},
+    {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
+    {R"({"prompt": "x", "frequency_penalty": -3})", "frequency_penalty"},
+    {R"({"prompt": "x", "repetition_penalty": 0})", "repetition_penalty"},
+    {R"({"prompt": "x", "logit_bias": {"100000": 1}})", "logit_bias"},
+    {R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias"},
+    {R"({"prompt": "x", "logit_bias": {"abc": 1}})", "logit_bias"},
+    {R"({"prompt": "x", "logit_bias": {"5": 200}})", "logit_bias"},
+    {R"({"prompt": "x", "logit_bias": [1, 2]})", "logit_bias"},
+    {R"({"prompt": "x", "stop": 5})", "stop"},
+    {R"({"prompt": "x", "stop": [""]})", "stop"},
+    {R"({"prompt": "x", "stop": ["a", 1]})", "stop"},
+    {R"({"prompt": "x", "stop_token_ids": [99999]})", "stop_token_ids"},
+    {R"({"prompt": "x", "stop_token_ids": "1"})", "stop_token_ids"},
+    {R"({"prompt": "x", "model": "nope"})", "model"},
+    {R"({"prompt": "x", "seed": "x"})", "seed"},
+    {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
+    {R"({"prompt": "x", "logprobs": -1})", "logprobs"},
+    {R"({"prompt": "x", "echo": "yes"})", "echo"},
+    {R"({"prompt": "x", "stream": 1})", "stream"},
+    {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+    {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})", "include_usage"},
+    {R"({"prompt": "x", "user": 5})", "user"},
+    {R"({"prompt": "x", "suffix": "y"})", "suffix"},
+    {R"({"prompt": "x", "best_of": 3})", "best_of"},
+    {R"({"max_tokens": 5})", "prompt"},
+    {R"({"prompt": 5})", "prompt"},
+    {R"({"prompt": []})", "prompt"},
+    {R"({"prompt": [1, "a"]})", "prompt"},
+    {R"({"prompt": [99999]})", "prompt"},
+    {R"({"prompt": [[]]})", "prompt"},
+    {R"({"prompt": [[1, 2], [3, -4]]})", "prompt"},
+};
+
+TEST_F(ProtocolTest, BadCompletionFieldsAre400NamingTheParam) {
+  for (const BadCase& c : kBadCompletions) {
+    SCOPED_TRACE(c.body);
+    try {
+      completion(c.body);
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.type(), "invalid_request_error");
+      EXPECT_EQ(e.param().value_or("<none>"), c.param) << e.what();
+    }
+  }
+}
+
+const BadCase kBadChats[] = {
+    {R"({})", "messages"},
+    {R"({"messages": []})", "messages"},
+    {R"({"messages": "hi"})", "messages"},
+    {R"({"messages": ["hi"]})", "messages[0]"},
+    {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+    {R"({"messages": [{"role": 1, "content": "x"}]})", "messages[0].role"},
+    {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+    {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
+    {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages[0].content[0].text"},
+    {R"({"messages": [{"role": "robot", "content": "x"}]})", "messages"},
+    {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
+    {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs"},
+    {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs"},
+    {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1})", "max_completion_tokens"},
+    {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000})", "max_tokens"},
+    {R"({"messages": [{"role": "user", "content": "x"}], "temperature": -1})", "temperature"},
+};
+
+TEST_F(ProtocolTest, BadChatFieldsAre400NamingTheParam) {
+  for (const BadCase& c : kBadChats) {
+    SCOPED_TRACE(c.body);
+    try {
+      chat(c.body);
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param().value_or("<none>"), c.param) << e.what();
+    }
+  }
+}
+
+TEST_F(ProtocolTest, MalformedJsonAndNonObjectsAre400) {
+  for (const char* body : {"{", "[1, 2]", "\"x\"", "", "{\"prompt\": \"x\",}"}) {
+    SCOPED_TRACE(body);
+    try {
+      parse_json_body(body);
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_FALSE(e.param().has_value());
+    }
+  }
+  EXPECT_TRUE(parse_json_body(R"({"a": 1})").is_object());
+}
+
+TEST_F(ProtocolTest, ContextOverflowNamesCodeAndLengths) {
+  try {
+    completion(R"({"prompt": "Once upon a time", "max_tokens": 510})");
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.code().value_or(""), "context_length_exceeded");
+    EXPECT_NE(std::string(e.what()).find("512"), std::string::npos) << e.what();
+  }
+  // 5 prompt tokens + 507 = 512 fits exactly.
+  EXPECT_EQ(completion(R"({"prompt": "Once upon a time", "max_tokens": 507})").requests[0].max_tokens, 507);
+}
+
+TEST_F(ProtocolTest, CompletionDefaultsAndMapping) {
+  const GenerationPlan p = completion(R"({"model": "stories260K", "prompt": "Once upon a time", "temperature": 0,
+      "top_k": 40, "top_p": 0.9, "min_p": 0.1, "stop": "Lily", "stop_token_ids": [2], "ignore_eos": true,
+      "logprobs": 3, "echo": true, "logit_bias": {"5": -100}, "priority": 2, "user": "u"})");
+  ASSERT_EQ(p.requests.size(), 1u);
+  const EngineRequest& r = p.requests[0];
+  EXPECT_EQ(r.request_id, "cmpl-x-0");
+  EXPECT_EQ(r.prompt_token_ids, tok_->encode("Once upon a time", true, true));
+  EXPECT_EQ(r.prompt_token_ids.size(), 5u);  // as llama-server counts it
+  EXPECT_EQ(r.max_tokens, 16);               // OpenAI's legacy default
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.1f);
+  EXPECT_EQ(r.sampling.logprobs, 3);
+  ASSERT_EQ(r.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<int32_t, float>{5, -100.0f}));
+  EXPECT_EQ(r.stop, std::vector<std::string>{"Lily"});
+  EXPECT_EQ(r.stop_token_ids, std::vector<int32_t>{2});
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(r.priority, 2);
+  EXPECT_TRUE(p.echo);
+  EXPECT_EQ(p.prompts[0].text, "Once upon a time");
+  EXPECT_FALSE(p.stream);
+}
+
+TEST_F(ProtocolTest, PromptFormsAndFanOut) {
+  // Two string prompts x n=2: choice index = prompt * n + j, seed + j per choice of a prompt.
+  GenerationPlan p = completion(R"({"prompt": ["a b", "c"], "n": 2, "seed": 7, "max_tokens": 3})");
+  ASSERT_EQ(p.requests.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(p.requests[i].request_id, "cmpl-x-" + std::to_string(i));
+    EXPECT_EQ(p.requests[i].sampling.seed, uint64_t(7 + i % 2));
+    EXPECT_EQ(p.requests[i].prompt_token_ids, p.prompts[i / 2].token_ids);
+  }
+  EXPECT_NE(p.prompts[0].token_ids, p.prompts[1].token_ids);
+  // Token ids, and lists of them; echo text is the decoded ids.
+  p = completion(R"({"prompt": [1, 403, 407]})");
+  ASSERT_EQ(p.prompts.size(), 1u);
+  EXPECT_EQ(p.prompts[0].token_ids, (std::vector<int32_t>{1, 403, 407}));
+  EXPECT_EQ(p.prompts[0].text, tok_->decode(std::vector<int32_t>{1, 403, 407}, false));
+  p = completion(R"({"prompt": [[1, 403], [1, 407, 5.0]]})");
+  ASSERT_EQ(p.prompts.size(), 2u);
+  EXPECT_EQ(p.prompts[1].token_ids, (std::vector<int32_t>{1, 407, 5}));
+  // Nulls mean "not given".
+  p = completion(R"({"prompt": "x", "max_tokens": null, "temperature": null, "stop": null, "n": null})");
+  EXPECT_EQ(p.requests[0].max_tokens, 16);
+  EXPECT_EQ(p.requests[0].sampling.temperature, 1.0f);
+}
+
+TEST_F(ProtocolTest, ChatDefaultsToTheRestOfTheContext) {
+  GenerationPlan p = chat(R"({"messages": [{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}],
+      "stream": true, "stream_options": {"include_usage": true}, "logprobs": true})");
+  ASSERT_EQ(p.requests.size(), 1u);
+  const auto n_prompt = static_cast<int32_t>(p.prompts[0].token_ids.size());
+  EXPECT_EQ(p.requests[0].max_tokens, 512 - n_prompt);
+  EXPECT_EQ(p.requests[0].request_id, "chatcmpl-x-0");
+  EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.include_usage);
+  EXPECT_EQ(p.logprobs, 0);
+  EXPECT_EQ(p.requests[0].sampling.logprobs, 0);
+  // One BOS, then the ChatML fallback text (stories260K has no template).
+  const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi\nthere"}};
+  EXPECT_EQ(p.prompts[0].token_ids, tokenize_chat(model(), msgs, true));
+  EXPECT_EQ(p.prompts[0].token_ids[0], tok_->bos_id());
+  EXPECT_NE(p.prompts[0].token_ids[1], tok_->bos_id());
+  // max_completion_tokens wins over max_tokens; top_logprobs sets k.
+  p = chat(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9, "max_completion_tokens": 4,
+      "logprobs": true, "top_logprobs": 5})");
+  EXPECT_EQ(p.requests[0].max_tokens, 4);
+  EXPECT_EQ(p.requests[0].sampling.logprobs, 5);
+}
+
+TEST_F(ProtocolTest, CompletionResponseShape) {
+  GenerationPlan p = completion(R"({"prompt": "Once upon a time", "n": 2, "logprobs": 1, "echo": true})");
+  std::vector<ChoiceResult> choices(2);
+  for (ChoiceResult& c : choices) {
+    c.token_ids = {411, 440};
+    c.text = "eH";
+    c.finish_reason = "length";
+    c.logprobs = {SampleResult{411, -0.5f, 1, {{411, -0.5f}}},
+                  SampleResult{440, -std::numeric_limits<float>::infinity(), 3, {{436, -0.1f}}}};
+  }
+  choices[1].finish_reason = "stop";
+  choices[1].stop_reason = "X";
+  const nlohmann::json j = completion_response(p, choices, *tok_);
+  EXPECT_EQ(j["id"], "cmpl-x");
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["created"], 1700000000);
+  EXPECT_EQ(j["model"], "stories260K");
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_EQ(j["choices"][0]["text"], "Once upon a timeeH");
+  EXPECT_EQ(j["choices"][0]["stop_reason"], nullptr);
+  EXPECT_EQ(j["choices"][1]["stop_reason"], "X");
+  EXPECT_EQ(j["choices"][1]["finish_reason"], "stop");
+  const nlohmann::json& lp = j["choices"][0]["logprobs"];
+  // 5 echoed prompt tokens with null logprobs, then the 2 sampled ones.
+  ASSERT_EQ(lp["tokens"].size(), 7u);
+  EXPECT_EQ(lp["token_logprobs"][0], nullptr);
+  EXPECT_EQ(lp["top_logprobs"][4], nullptr);
+  EXPECT_EQ(lp["token_logprobs"][5], -0.5);
+  EXPECT_EQ(lp["token_logprobs"][6], -9999.0);  // -inf clamped: JSON has no infinity
+  EXPECT_EQ(lp["tokens"][5], "e");
+  EXPECT_EQ(lp["top_logprobs"][6].size(), 2u);  // top-1 plus the sampled token
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  for (int i = 1; i < 7; ++i) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);  // BOS piece is ""
+  EXPECT_EQ(lp["text_offset"][6].get<size_t>() - lp["text_offset"][5].get<size_t>(), 1u);  // "e"
+  EXPECT_EQ(j["usage"], (nlohmann::json{{"prompt_tokens", 5}, {"completion_tokens", 4}, {"total_tokens", 9}}));
+}
+
+TEST_F(ProtocolTest, ChatResponseAndChunkShapes) {
+  GenerationPlan p = chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 1,
+      "stream": true, "stream_options": {"include_usage": true}})");
+  std::vector<ChoiceResult> choices(1);
+  choices[0].token_ids = {436};
+  choices[0].text = "\"";
+  choices[0].finish_reason = "length";
+  choices[0].logprobs = {SampleResult{436, -1.0f, 1, {{436, -1.0f}, {440, -2.0f}}}};
+  const nlohmann::json j = chat_response(p, choices, *tok_);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"], (nlohmann::json{{"role", "assistant"}, {"content", "\""}}));
+  const nlohmann::json& content = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 1u);
+  EXPECT_EQ(content[0]["token"], "\"");
+  EXPECT_EQ(content[0]["bytes"], nlohmann::json::array({34}));
+  EXPECT_EQ(content[0]["logprob"], -1.0);
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 1u);  // top_logprobs = 1 caps the list
+  EXPECT_EQ(content[0]["top_logprobs"][0]["token"], "\"");
+
+  const nlohmann::json c = chat_chunk(p, 0, {{"content", "a"}}, nullptr, std::nullopt, std::nullopt);
+  EXPECT_EQ(c["object"], "chat.completion.chunk");
+  EXPECT_EQ(c["choices"][0]["delta"]["content"], "a");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], nullptr);
+  EXPECT_TRUE(c.contains("usage"));  // null in every chunk when include_usage
+  EXPECT_EQ(c["usage"], nullptr);
+  const nlohmann::json u = usage_chunk(p, Usage{7, 3});
+  EXPECT_EQ(u["choices"], nlohmann::json::array());
+  EXPECT_EQ(u["usage"]["total_tokens"], 10);
+  EXPECT_EQ(u["object"], "chat.completion.chunk");
+}
+
+TEST_F(ProtocolTest, CompletionChunkOmitsUsageUnlessAsked) {
+  GenerationPlan p = completion(R"({"prompt": "x", "stream": true})");
+  const nlohmann::json c = completion_chunk(p, 0, "hi", nullptr, std::string("stop"), std::nullopt);
+  EXPECT_FALSE(c.contains("usage"));
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "hi");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ProtocolTest, ErrorBodyIsOpenAIShaped) {
+  const nlohmann::json j =
+      nlohmann::json::parse(error_body(bad_request("bad temperature", "temperature")));
+  EXPECT_EQ(j, (nlohmann::json{{"error",
+                                {{"message", "bad temperature"},
+                                 {"type", "invalid_request_error"},
+                                 {"param", "temperature"},
+                                 {"code", nullptr}}}}));
+  const nlohmann::json k = nlohmann::json::parse(error_body(ApiError(401, "no", "invalid_request_error", std::nullopt,
+                                                                     "invalid_api_key")));
+  EXPECT_EQ(k["error"]["param"], nullptr);
+  EXPECT_EQ(k["error"]["code"], "invalid_api_key");
+}
+
+TEST_F(ProtocolTest, TokenizeDetokenizeModels) {
+  nlohmann::json t = tokenize_response(nlohmann::json::parse(R"({"prompt": "Once upon a time"})"), model());
+  EXPECT_EQ(t["count"], 5);
+  EXPECT_EQ(t["max_model_len"], 512);
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok_->encode("Once upon a time", true, true));
+  t = tokenize_response(nlohmann::json::parse(R"({"prompt": "Once", "add_special_tokens": false})"), model());
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok_->encode("Once", false, true));
+  t = tokenize_response(nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "Hi"}]})"), model());
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tokenize_chat(model(), {{"user", "Hi"}}, true));
+
+  const nlohmann::json d = detokenize_response(
+      nlohmann::json{{"tokens", tok_->encode("Once upon a time", false, true)}}, model());
+  EXPECT_EQ(d["prompt"], "Once upon a time");
+  EXPECT_THROW(detokenize_response(nlohmann::json::parse(R"({"tokens": [100000]})"), model()), ApiError);
+  EXPECT_THROW(detokenize_response(nlohmann::json::parse(R"({})"), model()), ApiError);
+  EXPECT_THROW(tokenize_response(nlohmann::json::parse(R"({"prompt": 5})"), model()), ApiError);
+
+  const nlohmann::json m = models_response(model(), 42);
+  EXPECT_EQ(m["object"], "list");
+  ASSERT_EQ(m["data"].size(), 1u);
+  EXPECT_EQ(m["data"][0]["id"], "stories260K");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["created"], 42);
+  EXPECT_EQ(m["data"][0]["max_model_len"], 512);
+}
+
+TEST(RandomId, PrefixAndHexDigits) {
+  const std::string a = random_id("cmpl-"), b = random_id("cmpl-");
+  EXPECT_EQ(a.size(), 5u + 32u);
+  EXPECT_EQ(a.rfind("cmpl-", 0), 0u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef", 5), std::string::npos);
+}
+
+TEST(Sse, FramingAndParsingRoundTrip) {
+  const std::string e = sse_event(nlohmann::json{{"a", "x\ny"}});
+  EXPECT_EQ(e, "data: {\"a\":\"x\\ny\"}\n\n");
+  EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
+  const std::string stream = ": comment\n\n" + e + "event: x\r\ndata: 1\r\ndata: 2\r\n\r\n" + sse_done() + "data: part";
+  EXPECT_EQ(parse_sse_data(stream), (std::vector<std::string>{"{\"a\":\"x\\ny\"}", "1\n2", "[DONE]"}));
+  // Invalid UTF-8 never reaches the wire.
+  EXPECT_EQ(sse_event(nlohmann::json{{"t", std::string("\xe2\x82")}}), "data: {\"t\":\"\xef\xbf\xbd\"}\n\n");
+}
+
+}  // namespace
+}  // namespace pagellm::server

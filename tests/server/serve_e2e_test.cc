@@ -1,0 +1,317 @@
+// End to end: `pagellm serve` on the bundled stories260K model, driven over real sockets.
+// Every test starts its own server process on an ephemeral port; ServerProcess kills it on exit.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server/sse.h"
+#include "server_process.h"
+
+namespace pagellm::test {
+namespace {
+
+using nlohmann::json;
+
+std::map<std::string, double> read_metrics(int port) {
+  std::map<std::string, double> m;
+  const HttpResult r = http(port, "GET", "/metrics");
+  size_t pos = 0;
+  while (pos < r.body.size()) {
+    const size_t eol = r.body.find('\n', pos);
+    const std::string line = r.body.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    const std::string key = line.substr(0, sp);
+    const double v = std::stod(line.substr(sp + 1));
+    m[key] = v;
+    m.emplace(key.substr(0, key.find('{')), v);  // first sample under the bare name
+  }
+  return m;
+}
+
+// Polls /metrics until every block is free and nothing runs; false after timeout_s.
+bool wait_all_blocks_free(int port, double timeout_s = 5) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto m = read_metrics(port);
+    if (m["pagellm:num_blocks"] > 0 && m["pagellm:num_free_blocks"] == m["pagellm:num_blocks"] &&
+        m["pagellm:num_requests_running"] == 0 && m["pagellm:num_requests_waiting"] == 0) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// The concatenated text deltas of an SSE body, with the finish_reason of each choice.
+struct Streamed {
+  std::string text;
+  std::vector<std::string> finish_reasons;
+  bool done = false;
+  json usage;
+};
+Streamed collect(const std::string& body, bool chat) {
+  Streamed s;
+  for (const std::string& data : server::parse_sse_data(body)) {
+    if (data == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    const json j = json::parse(data);
+    if (j.contains("usage") && !j["usage"].is_null()) s.usage = j["usage"];
+    for (const json& c : j["choices"]) {
+      if (chat) s.text += c["delta"].value("content", "");
+      else s.text += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) s.finish_reasons.push_back(c["finish_reason"]);
+    }
+  }
+  return s;
+}
+
+struct BadRequest {
+  const char* method;
+  const char* path;
+  const char* body;
+  int status;
+};
+
+TEST(ServeE2E, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
+  ServerProcess server({});
+  const BadRequest cases[] = {
+      {"POST", "/v1/completions", "{", 400},
+      {"POST", "/v1/completions", "[]", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "max_tokens": -1})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "temperature": -0.5})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "top_p": 1.5})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "n": 0})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "logit_bias": {"99999": 1}})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "model": "nope"})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", 400},
+      {"POST", "/v1/completions", R"({"prompt": [70000]})", 400},
+      {"POST", "/v1/chat/completions", R"({"messages": 5})", 400},
+      {"POST", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400},
+      {"POST", "/tokenize", R"({"prompt": 5})", 400},
+      {"POST", "/detokenize", R"({"tokens": [-1]})", 400},
+      {"GET", "/v1/completions", "", 405},
+      {"POST", "/v1/models", "{}", 405},
+      {"GET", "/nope", "", 404},
+      {"DELETE", "/health", "", 405},
+  };
+  for (const BadRequest& c : cases) {
+    SCOPED_TRACE(std::string(c.method) + " " + c.path + " " + c.body);
+    HttpResult r = http(server.port(), c.method, c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << r.body;
+    const json j = json::parse(r.body);
+    EXPECT_TRUE(j["error"].contains("message") && j["error"].contains("type") && j["error"].contains("param") &&
+                j["error"].contains("code"))
+        << r.body;
+    if (c.status == 405) {
+      EXPECT_TRUE(r.headers.contains("allow"));
+    }
+  }
+  // Not even HTTP.
+  const int fd = connect_to(server.port(), 10);
+  ASSERT_GE(fd, 0);
+  send_all(fd, "garbage\r\n\r\n");
+  HttpResult g;
+  parse_response(recv_all(fd), &g, true);
+  close(fd);
+  EXPECT_EQ(g.status, 400);
+
+  const HttpResult ok = http(server.port(), "POST", "/v1/completions",
+                             R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  const json j = json::parse(ok.body);
+  EXPECT_EQ(j["choices"][0]["text"], ", there was a little girl");  // as llama-server, 8 tokens
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  auto m = read_metrics(server.port());
+  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"400\"}"], 15);
+  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"405\"}"], 3);
+  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"404\"}"], 1);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeE2E, ApiKeyGuardsTheApiButNotHealthOrMetrics) {
+  ServerProcess server({"--api-key", "sekret"});
+  EXPECT_EQ(http(server.port(), "GET", "/v1/models").status, 401);
+  EXPECT_EQ(http(server.port(), "GET", "/v1/models", "", {"Authorization: Bearer wrong"}).status, 401);
+  EXPECT_EQ(http(server.port(), "POST", "/tokenize", R"({"prompt": "a"})").status, 401);
+  const HttpResult r = http(server.port(), "GET", "/v1/models", "", {"Authorization: Bearer sekret"});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["data"][0]["id"], "stories260K");
+  EXPECT_EQ(http(server.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(http(server.port(), "GET", "/metrics").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeE2E, OversizedBodyIs413) {
+  ServerProcess server({"--max-body-bytes", "1000"});
+  const std::string big = R"({"prompt": ")" + std::string(5000, 'a') + R"("})";
+  EXPECT_EQ(http(server.port(), "POST", "/v1/completions", big).status, 413);
+  // Announced with Expect: 100-continue (as curl does for large bodies): refused before the body.
+  const int fd = connect_to(server.port(), 10);
+  ASSERT_GE(fd, 0);
+  send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\nExpect: 100-continue\r\n\r\n");
+  HttpResult r;
+  parse_response(recv_all(fd), &r, true);
+  close(fd);
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(http(server.port(), "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeE2E, FullWaitingQueueIs429WithRetryAfter) {
+  ServerProcess server({"--max-waiting", "1", "--max-num-seqs", "1"});
+  constexpr int kClients = 24;
+  std::vector<HttpResult> results(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = http(server.port(), "POST", "/v1/completions",
+                        R"({"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true})");
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int ok = 0, limited = 0;
+  for (const HttpResult& r : results) {
+    if (r.status == 200) ++ok;
+    if (r.status == 429) {
+      ++limited;
+      EXPECT_EQ(r.headers.at("retry-after"), "1");
+      EXPECT_EQ(json::parse(r.body)["error"]["code"], "rate_limit_exceeded");
+    }
+  }
+  EXPECT_EQ(ok + limited, kClients);
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(limited, 1);
+  EXPECT_TRUE(wait_all_blocks_free(server.port()));
+  EXPECT_EQ(http(server.port(), "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeE2E, DisconnectMidStreamFreesTheBlocks) {
+  ServerProcess server({});
+  for (bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "streaming" : "not streaming");
+    const int fd = connect_to(server.port(), 10);
+    ASSERT_GE(fd, 0);
+    json body = {{"prompt", "Once upon a time"}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", stream}};
+    ASSERT_TRUE(send_all(fd, request_text("POST", "/v1/completions", body.dump(), {})));
+    if (stream) {
+      std::string got;
+      char buf[4096];
+      while (got.find("data: ") == std::string::npos) {
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        ASSERT_GT(n, 0);
+        got.append(buf, static_cast<size_t>(n));
+      }
+    }
+    close(fd);  // mid-generation (500 tokens take longer than this)
+    EXPECT_TRUE(wait_all_blocks_free(server.port()));
+  }
+  auto m = read_metrics(server.port());
+  EXPECT_GE(m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}"], 1);
+  EXPECT_EQ(http(server.port(), "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeE2E, StreamEqualsNonStreamForTheSameSeed) {
+  ServerProcess server({});
+  for (bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    json req = {{"max_tokens", 40}, {"temperature", 1.0}, {"seed", 11}, {"n", 2}};
+    if (chat) req["messages"] = json::array({{{"role", "user"}, {"content", "Tell me a story"}}});
+    else req["prompt"] = "Lily and Ben";
+    const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+    const HttpResult whole = http(server.port(), "POST", path, req.dump());
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    const json w = json::parse(whole.body);
+    req["stream"] = true;
+    req["stream_options"] = {{"include_usage", true}};
+    req["n"] = 1;
+    const HttpResult streamed = http(server.port(), "POST", path, req.dump());
+    ASSERT_EQ(streamed.status, 200);
+    EXPECT_EQ(streamed.headers.at("content-type").rfind("text/event-stream", 0), 0u);
+    const Streamed s = collect(streamed.body, chat);
+    EXPECT_TRUE(s.done);
+    const json& c0 = w["choices"][0];
+    EXPECT_EQ(s.text, chat ? c0["message"]["content"] : c0["text"]);
+    ASSERT_EQ(s.finish_reasons.size(), 1u);
+    EXPECT_EQ(s.finish_reasons[0], c0["finish_reason"]);
+    EXPECT_EQ(s.usage["prompt_tokens"], w["usage"]["prompt_tokens"]);
+    // n=2 with seed: choice 1 uses seed + 1, so the two choices differ (with near certainty).
+    EXPECT_NE(w["choices"][0], w["choices"][1]);
+  }
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeE2E, KeepAliveServesSeveralRequestsOnOneConnection) {
+  ServerProcess server({});
+  const int fd = connect_to(server.port(), 30);
+  ASSERT_GE(fd, 0);
+  // Pipelined: three requests sent at once, answered in order.
+  std::string reqs = request_text("GET", "/v1/models", "", {}, false) +
+                     request_text("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 3, "stream": true})", {},
+                                  false) +
+                     request_text("POST", "/tokenize", R"({"prompt": "Once upon a time"})", {}, true);
+  ASSERT_TRUE(send_all(fd, reqs));
+  const std::string raw = recv_all(fd);
+  close(fd);
+  HttpResult r;
+  size_t used = parse_response(raw, &r, false);
+  ASSERT_GT(used, 0u);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["object"], "list");
+  std::string rest = raw.substr(used);
+  used = parse_response(rest, &r, false);
+  ASSERT_GT(used, 0u);
+  EXPECT_TRUE(collect(r.body, false).done);
+  rest = rest.substr(used);
+  ASSERT_GT(parse_response(rest, &r, true), 0u);
+  EXPECT_EQ(json::parse(r.body)["count"], 5);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeE2E, SigtermDrainsThenAbortsWithAFinalChunk) {
+  ServerProcess server({"--max-num-seqs", "1", "--drain-timeout", "0"});
+  constexpr int kStreams = 6;
+  std::vector<int> fds;
+  for (int i = 0; i < kStreams; ++i) {
+    const int fd = connect_to(server.port(), 30);
+    ASSERT_GE(fd, 0);
+    json body = {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+                 {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
+    ASSERT_TRUE(send_all(fd, request_text("POST", "/v1/chat/completions", body.dump(), {})));
+    fds.push_back(fd);
+  }
+  // Each stream has started (the role chunk is out) before the signal.
+  std::vector<std::string> raw(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    char buf[4096];
+    while (raw[i].find("data: ") == std::string::npos) {
+      const ssize_t n = recv(fds[i], buf, sizeof buf, 0);
+      ASSERT_GT(n, 0);
+      raw[i].append(buf, static_cast<size_t>(n));
+    }
+  }
+  kill(server.pid(), SIGTERM);
+  int aborted = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    raw[i] += recv_all(fds[i]);
+    close(fds[i]);
+    HttpResult r;
+    parse_response(raw[i], &r, true);
+    const Streamed s = collect(r.body, true);
+    EXPECT_TRUE(s.done) << "stream " << i;
+    ASSERT_EQ(s.finish_reasons.size(), 1u);
+    if (s.finish_reasons[0] == "abort") ++aborted;
+  }
+  EXPECT_GE(aborted, 1);
+  EXPECT_EQ(server.wait_exit(20), 0);
+}
+
+}  // namespace
+}  // namespace pagellm::test
