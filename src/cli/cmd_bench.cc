@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cli/bandwidth_probe.h"
+#include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/llm.h"
@@ -91,9 +92,10 @@ Handler add_bench(CLI::App& app) {
   lat->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)");
   lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB");
   lat->add_flag("--json", a->json, "Print one JSON object");
-  return [a, lat] {
+  Handler serve = add_bench_serve(app);
+  return [a, lat, serve] {
     if (lat->parsed()) return run_latency(*a);
-    return 1;
+    return serve();
   };
 }
 
