@@ -48,6 +48,7 @@ enum class Endpoint { kCompletions, kChat };
 struct PromptPlan {
   std::vector<int32_t> token_ids;  // non-empty, ids in [0, vocab_size)
   std::string text;                // for echo: the string prompt as given, or the decoded ids
+                                   // (special tokens skipped)
 };
 
 // A validated generation request, ready for the engine.

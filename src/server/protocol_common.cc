@@ -67,18 +67,20 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Fields& f, int32_t
 SamplingParams parse_sampling(const Fields& f, int32_t vocab_size) {
   SamplingParams s;
   if (auto t = f.number("temperature", 0.0, kInf)) s.temperature = static_cast<float>(*t);
+  if (const nlohmann::json* v = f.get("top_p"); v && v->is_number() && !(v->get<double>() > 0.0)) {
+    throw bad_request("'top_p' must be in (0, 1], got " + v->dump(), "top_p");
+  }
   if (auto p = f.number("top_p", 0.0, 1.0)) {
-    if (*p <= 0.0) throw bad_request("'top_p' must be in (0, 1], got 0", "top_p");
     s.top_p = static_cast<float>(*p);
   }
   if (auto k = f.integer("top_k", -1, std::numeric_limits<int32_t>::max())) s.top_k = static_cast<int32_t>(*k);
   if (auto m = f.number("min_p", 0.0, 1.0)) s.min_p = static_cast<float>(*m);
   if (auto p = f.number("presence_penalty", -2.0, 2.0)) s.presence_penalty = static_cast<float>(*p);
   if (auto p = f.number("frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*p);
-  if (auto r = f.number("repetition_penalty", 0.0, kInf)) {
-    if (*r <= 0.0) throw bad_request("'repetition_penalty' must be > 0, got 0", "repetition_penalty");
-    s.repetition_penalty = static_cast<float>(*r);
+  if (const nlohmann::json* v = f.get("repetition_penalty"); v && v->is_number() && !(v->get<double>() > 0.0)) {
+    throw bad_request("'repetition_penalty' must be > 0, got " + v->dump(), "repetition_penalty");
   }
+  if (auto r = f.number("repetition_penalty", 0.0, kInf)) s.repetition_penalty = static_cast<float>(*r);
   if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
     s.seed = static_cast<uint64_t>(*seed);
   }

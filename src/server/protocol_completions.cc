@@ -23,7 +23,7 @@ PromptPlan text_prompt(const std::string& text, const ModelInfo& model, bool add
 PromptPlan ids_prompt(const nlohmann::json& ids, const ModelInfo& model) {
   PromptPlan p;
   p.token_ids = parse_token_ids(ids, model.tokenizer->vocab_size(), "prompt");
-  p.text = model.tokenizer->decode(p.token_ids, /*skip_special=*/false);
+  p.text = model.tokenizer->decode(p.token_ids, /*skip_special=*/true);
   return p;
 }
 

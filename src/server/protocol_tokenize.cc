@@ -32,7 +32,8 @@ nlohmann::json detokenize_response(const nlohmann::json& body, const ModelInfo& 
   const nlohmann::json* tokens = f.get("tokens");
   if (!tokens) throw bad_request("'tokens' is required", "tokens");
   const std::vector<int32_t> ids = parse_token_ids(*tokens, model.tokenizer->vocab_size(), "tokens");
-  return {{"prompt", model.tokenizer->decode(ids, /*skip_special=*/false)}};
+  // As llama.cpp's detokenize: a leading BOS is dropped, special tokens render as "".
+  return {{"prompt", model.tokenizer->decode(ids, /*skip_special=*/true)}};
 }
 
 nlohmann::json models_response(const ModelInfo& model, int64_t created) {

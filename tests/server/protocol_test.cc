@@ -201,7 +201,7 @@ TEST_F(ProtocolTest, PromptFormsAndFanOut) {
   p = completion(R"({"prompt": [1, 403, 407]})");
   ASSERT_EQ(p.prompts.size(), 1u);
   EXPECT_EQ(p.prompts[0].token_ids, (std::vector<int32_t>{1, 403, 407}));
-  EXPECT_EQ(p.prompts[0].text, tok_->decode(std::vector<int32_t>{1, 403, 407}, false));
+  EXPECT_EQ(p.prompts[0].text, " Once upon");  // BOS skipped; SPM keeps the space after a BOS
   p = completion(R"({"prompt": [[1, 403], [1, 407, 5.0]]})");
   ASSERT_EQ(p.prompts.size(), 2u);
   EXPECT_EQ(p.prompts[1].token_ids, (std::vector<int32_t>{1, 407, 5}));
@@ -340,6 +340,8 @@ TEST_F(ProtocolTest, TokenizeDetokenizeModels) {
   const nlohmann::json d = detokenize_response(
       nlohmann::json{{"tokens", tok_->encode("Once upon a time", false, true)}}, model());
   EXPECT_EQ(d["prompt"], "Once upon a time");
+  EXPECT_EQ(detokenize_response(nlohmann::json{{"tokens", tok_->encode("Once upon a time", true, true)}}, model())["prompt"],
+            " Once upon a time");
   EXPECT_THROW(detokenize_response(nlohmann::json::parse(R"({"tokens": [100000]})"), model()), ApiError);
   EXPECT_THROW(detokenize_response(nlohmann::json::parse(R"({})"), model()), ApiError);
   EXPECT_THROW(tokenize_response(nlohmann::json::parse(R"({"prompt": 5})"), model()), ApiError);

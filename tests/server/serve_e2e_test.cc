@@ -2,7 +2,10 @@
 // Every test starts its own server process on an ephemeral port; ServerProcess kills it on exit.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <atomic>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -311,6 +314,46 @@ TEST(ServeE2E, SigtermDrainsThenAbortsWithAFinalChunk) {
   }
   EXPECT_GE(aborted, 1);
   EXPECT_EQ(server.wait_exit(20), 0);
+}
+
+// 1,000 streams open at once are served by a bounded number of threads (no thread per
+// connection): main + engine + model workers + I/O threads.
+TEST(ServeE2E, ThousandConcurrentStreamsWithBoundedThreads) {
+  constexpr int kStreams = 1000;
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_max < kStreams + 64) GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << rl.rlim_max;
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  ServerProcess server({"--max-num-seqs", "64", "--max-waiting", "2000", "--kv-cache-memory", "512blocks"});
+  const std::string req = request_text("POST", "/v1/completions",
+                                       R"({"prompt": "Once upon a time", "max_tokens": 24, "ignore_eos": true,
+                                           "stream": true})",
+                                       {});
+  std::vector<int> fds;
+  for (int i = 0; i < kStreams; ++i) {
+    const int fd = connect_to(server.port(), 60);
+    ASSERT_GE(fd, 0) << "connection " << i;
+    ASSERT_TRUE(send_all(fd, req));
+    fds.push_back(fd);
+  }
+  int threads = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(server.pid()) + "/task")) {
+    (void)e;
+    ++threads;
+  }
+  RecordProperty("server_threads", threads);
+  EXPECT_LE(threads, 8);  // main, engine, 1 model worker, 2 I/O (+ slack)
+  int done = 0;
+  for (int fd : fds) {
+    HttpResult r;
+    parse_response(recv_all(fd), &r, true);
+    close(fd);
+    if (r.status == 200 && collect(r.body, false).done) ++done;
+  }
+  EXPECT_EQ(done, kStreams);
+  EXPECT_TRUE(wait_all_blocks_free(server.port()));
+  EXPECT_EQ(server.stop(), 0);
 }
 
 }  // namespace
