@@ -1,7 +1,9 @@
 // Matmul micro-benchmarks: GEMV (num_tokens = 1, decode) and num_tokens = 16 (small prefill
 // chunk) on a 5632 x 2048 weight (TinyLlama's ffn_up: rows = intermediate_size, cols =
 // hidden_size), per weight dtype. Bytes/s counts weight bytes streamed per call, the decode
-// roofline quantity. Args: {dtype id, num_tokens, num_threads}.
+// roofline quantity. Args: {dtype id, num_tokens, num_threads, avx512}; avx512 = 0 forces the
+// AVX2 kernels for quantized weights (A/B of matmul_avx512.cc in one process:
+// --benchmark_enable_random_interleaving=true --benchmark_repetitions=5).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -11,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 
 namespace pagellm::kernels {
@@ -48,6 +51,7 @@ void BM_Matmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t num_tokens = state.range(1);
   const int num_threads = static_cast<int>(state.range(2));
+  set_avx512_enabled(state.range(3) != 0);
   const std::vector<uint8_t> w = make_weight(type);
   const WeightView view{type, kRows, kCols, w.data()};
   std::vector<float> x(num_tokens * kCols, 0.5f), y(num_tokens * kRows);
@@ -57,16 +61,22 @@ void BM_Matmul(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
+  set_avx512_enabled(true);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRows * kCols * num_tokens * state.iterations(),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(type_name(type) + " M=" + std::to_string(num_tokens) + " threads=" + std::to_string(num_threads));
+  state.SetLabel(type_name(type) + " M=" + std::to_string(num_tokens) + " threads=" + std::to_string(num_threads) +
+                 (state.range(3) ? "" : " avx2-only"));
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0}) {
-    for (int64_t m : {1, 16}) {
-      for (int64_t threads : {1, 2}) b->Args({static_cast<int64_t>(t), m, threads});
+    const bool quant = t == GgmlType::Q8_0 || t == GgmlType::Q4_0;
+    for (int64_t m : {1, 16, 64}) {
+      for (int64_t threads : {1, 2}) {
+        b->Args({static_cast<int64_t>(t), m, threads, 1});
+        if (quant && cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0});
+      }
     }
   }
 }

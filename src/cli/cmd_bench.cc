@@ -1,7 +1,12 @@
 // `pagellm bench latency`: single-stream prompt processing and generation speed of one model,
 // with a memory-bandwidth probe in the same run, so that the fraction of the machine's bandwidth
 // reached by decode (model bytes x tokens/s / probe GB/s) is a ratio measured at one time.
+// --batch B1,B2,..: batched decode, B sequences advancing one token per forward pass (one pass
+// over the weights serves all of them), output tokens/s per B.
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,6 +17,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/llm.h"
+#include "engine/model_runner.h"
 
 namespace pagellm::cli {
 namespace {
@@ -22,8 +28,56 @@ struct LatencyArgs {
   int32_t gen_tokens = 128;
   int threads = 0;
   int64_t probe_mib = 2048;
+  std::vector<int64_t> batch;  // batched decode sizes
   bool json = false;
 };
+
+int32_t argmax_row(const float* x, int64_t n) {
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+// Output tokens/s of `num_seqs` sequences decoding together: each gets a 4-token random prompt
+// (prefilled in one untimed pass), then up to `max_steps` timed steps of one token per sequence,
+// greedy. Steps are capped so that every sequence fits in the KV cache; 0 if not even 2 fit.
+double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, std::mt19937& rng) {
+  constexpr int64_t kPrompt = 4;
+  const int64_t block_size = llm.kv_manager().block_size();
+  const int64_t blocks_per_seq = llm.kv_cache().num_blocks() / num_seqs;
+  const int64_t steps = std::min(max_steps, blocks_per_seq * block_size - kPrompt);
+  if (steps < 2) return 0;
+  const int64_t vocab = llm.model().config().vocab_size;
+  std::vector<std::string> ids;
+  std::vector<std::vector<int32_t>> tokens(num_seqs);
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    ids.push_back("batch-" + std::to_string(s));
+    for (int64_t i = 0; i < kPrompt; ++i) tokens[s].push_back(static_cast<int32_t>(rng() % vocab));
+  }
+  std::vector<float> logits;
+  auto step = [&](int64_t n_new) {
+    std::vector<ScheduledSeq> seqs;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const auto total = static_cast<int64_t>(tokens[s].size());
+      PAGELLM_CHECK(llm.kv_manager().allocate_slots(ids[s], total), "bench: KV cache full");
+      seqs.push_back(ScheduledSeq{&llm.kv_manager().block_table(ids[s]),
+                                  std::span<const int32_t>(tokens[s]).subspan(total - n_new, n_new), total - n_new,
+                                  true});
+    }
+    llm.model().forward(build_forward_batch(seqs, static_cast<int32_t>(block_size)), llm.kv_cache(), logits);
+    for (int64_t s = 0; s < num_seqs; ++s) tokens[s].push_back(argmax_row(&logits[s * vocab], vocab));
+  };
+  step(kPrompt);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 1; i < steps; ++i) step(1);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const std::string& id : ids) llm.kv_manager().free(id);
+  return secs > 0 ? static_cast<double>(num_seqs * (steps - 1)) / secs : 0;
+}
+
+double peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
 
 int run_latency(const LatencyArgs& a) {
   EngineConfig cfg;
@@ -51,6 +105,11 @@ int run_latency(const LatencyArgs& a) {
   opt.max_tokens = n_gen;
   const GenerateResult r = llm.generate(prompt, opt);
   const GenerateTimings& t = r.timings;
+  nlohmann::json batch_tps = nlohmann::json::object();
+  for (int64_t b : a.batch) {
+    PAGELLM_CHECK(b >= 1, "--batch sizes must be >= 1, got " + std::to_string(b));
+    batch_tps[std::to_string(b)] = batch_decode_tokens_per_s(llm, b, n_gen, rng);
+  }
 
   const double bw = measure_read_bandwidth_gbps(llm.pool(), a.probe_mib << 20, 5);
   const double model_bytes = static_cast<double>(llm.model().weight_bytes());
@@ -64,7 +123,9 @@ int run_latency(const LatencyArgs& a) {
                       {"decode_tokens_per_s", t.decode_tokens_per_s()},
                       {"decode_gb_per_s", achieved},
                       {"bandwidth_gb_per_s", bw},
-                      {"bandwidth_fraction", bw > 0 ? achieved / bw : 0}};
+                      {"bandwidth_fraction", bw > 0 ? achieved / bw : 0},
+                      {"batch_decode_tokens_per_s", batch_tps},
+                      {"peak_rss_mib", peak_rss_mib()}};
   if (a.json) {
     std::puts(j.dump().c_str());
   } else {
@@ -76,6 +137,12 @@ int run_latency(const LatencyArgs& a) {
                 static_cast<long long>(t.decode_tokens), t.decode_tokens_per_s(), achieved);
     std::printf("memory bandwidth probe: %.2f GB/s -> decode reaches %.1f%% of it\n", bw,
                 bw > 0 ? 100 * achieved / bw : 0);
+    for (int64_t b : a.batch) {
+      const double tps = batch_tps[std::to_string(b)].get<double>();
+      std::printf("batched decode, %3lld sequences: %.2f output tokens/s (%.2fx single stream)\n",
+                  static_cast<long long>(b), tps, t.decode_tokens_per_s() > 0 ? tps / t.decode_tokens_per_s() : 0);
+    }
+    std::printf("peak RSS: %.1f MiB\n", peak_rss_mib());
   }
   return 0;
 }
@@ -91,6 +158,7 @@ Handler add_bench(CLI::App& app) {
   lat->add_option("--gen-tokens", a->gen_tokens, "Tokens to generate");
   lat->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)");
   lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB");
+  lat->add_option("--batch", a->batch, "Batched decode sizes, e.g. 1,4,16,64")->delimiter(',');
   lat->add_flag("--json", a->json, "Print one JSON object");
   Handler serve = add_bench_serve(app);
   return [a, lat, serve] {
