@@ -111,6 +111,7 @@ int run_latency(const LatencyArgs& a) {
     batch_tps[std::to_string(b)] = batch_decode_tokens_per_s(llm, b, n_gen, rng);
   }
 
+  const double rss_mib = peak_rss_mib();  // before the probe's buffer
   const double bw = measure_read_bandwidth_gbps(llm.pool(), a.probe_mib << 20, 5);
   const double model_bytes = static_cast<double>(llm.model().weight_bytes());
   const double achieved = model_bytes * t.decode_tokens_per_s() / 1e9;
@@ -125,7 +126,7 @@ int run_latency(const LatencyArgs& a) {
                       {"bandwidth_gb_per_s", bw},
                       {"bandwidth_fraction", bw > 0 ? achieved / bw : 0},
                       {"batch_decode_tokens_per_s", batch_tps},
-                      {"peak_rss_mib", peak_rss_mib()}};
+                      {"peak_rss_mib", rss_mib}};
   if (a.json) {
     std::puts(j.dump().c_str());
   } else {
@@ -142,7 +143,7 @@ int run_latency(const LatencyArgs& a) {
       std::printf("batched decode, %3lld sequences: %.2f output tokens/s (%.2fx single stream)\n",
                   static_cast<long long>(b), tps, t.decode_tokens_per_s() > 0 ? tps / t.decode_tokens_per_s() : 0);
     }
-    std::printf("peak RSS: %.1f MiB\n", peak_rss_mib());
+    std::printf("peak RSS (before the probe): %.1f MiB\n", rss_mib);
   }
   return 0;
 }
