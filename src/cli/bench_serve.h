@@ -15,6 +15,21 @@
 // Throughputs divide by the benchmark's duration: from the first request's start to the last
 // request's end. Summaries follow numpy.percentile (linear interpolation).
 //
+// Workloads (--dataset-name):
+//   random         every prompt is input_len random common words (default input_len 128)
+//   shared-prefix  every prompt = one common prefix of prefix_len words + " " + a unique suffix of
+//                  input_len words (defaults 1000 and 100): a shared system prompt or document
+//   multi-turn     conversations of num_turns turns; turn k's prompt = turn k-1's prompt + its
+//                  answer + "\nUser: <input_len new words>\nAssistant:" (turn 0: the same without
+//                  history); a conversation's turns run one after another, conversations
+//                  concurrently (max_concurrency caps the conversations in flight, arrivals are
+//                  per conversation). Request i is turn i % num_turns of conversation
+//                  i / num_turns, so num_prompts counts requests, not conversations.
+//   --dataset FILE prompts from a file (single-turn).
+// cache_salt_per_request adds a unique "cache_salt" to every request, defeating prefix sharing on
+// servers that honour it. When the server reports usage.prompt_tokens_details.cached_tokens, the
+// mean and total are reported.
+//
 // The pure parts (SSE framing, chunk parsing, statistics, arrival schedule, SVG plot) are here
 // for tests; the HTTP client (Boost.Beast, one thread per request in flight, http:// only) lives in
 // bench_serve_client.cc.
@@ -53,6 +68,7 @@ struct StreamChunk {
   std::string text;                          // "" when the chunk carries no text
   std::optional<int64_t> completion_tokens;  // usage.completion_tokens, when present
   std::optional<int64_t> prompt_tokens;      // usage.prompt_tokens, when present
+  std::optional<int64_t> cached_tokens;      // usage.prompt_tokens_details.cached_tokens, when present
   std::optional<std::string> error;          // error.message of an in-stream error object
 };
 // Throws pagellm::Error when `json` is not a JSON object.
@@ -83,7 +99,9 @@ struct RequestResult {
   std::vector<double> chunk_s;     // arrival of each non-empty chunk, from this request's start
   int64_t output_tokens = 0;
   int64_t prompt_tokens = -1;      // usage.prompt_tokens; -1 when the server sent none
-  int64_t prompt_len_estimate = 0; // tokens the client meant to send (input_len or dataset)
+  int64_t prompt_len_estimate = 0; // tokens the client meant to send (words of the prompt)
+  int64_t cached_tokens = -1;      // usage.prompt_tokens_details.cached_tokens; -1 when not sent
+  std::string text;                // the generated text (multi-turn feeds it to the next turn)
 };
 
 struct BenchMetrics {
@@ -95,6 +113,9 @@ struct BenchMetrics {
   double output_throughput = 0;    // output tokens / s
   double total_token_throughput = 0;
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
+  int64_t requests_with_cached_tokens = 0;  // completed requests whose usage had cached_tokens
+  int64_t total_cached_tokens = 0;          // their cached_tokens summed
+  double mean_cached_tokens = 0;            // total / requests_with_cached_tokens (0 when none)
 };
 BenchMetrics compute_metrics(const std::vector<RequestResult>& results, double duration_s);
 
@@ -105,9 +126,15 @@ struct BenchServeConfig {
   int64_t num_prompts = 100;
   double request_rate = 0;  // requests/s; +inf = all at once
   int64_t max_concurrency = 0;  // 0 = no cap
-  int64_t input_len = 128;  // tokens of each random prompt (approximate: one word ~ one token)
+  // Words (~tokens) of each random prompt, shared-prefix suffix or multi-turn user turn;
+  // 0 = the workload's default (128 random, 100 shared-prefix and multi-turn).
+  int64_t input_len = 0;
   int64_t output_len = 128;
   std::string dataset;      // JSONL {"prompt": ...} or plain text, one prompt per line
+  std::string dataset_name = "random";  // random | shared-prefix | multi-turn (see the file comment)
+  int64_t prefix_len = 1000;            // shared-prefix: words of the common prefix
+  int64_t num_turns = 4;                // multi-turn: turns per conversation
+  bool cache_salt_per_request = false;  // send a unique cache_salt with every request
   uint64_t seed = 0;
   bool ignore_eos = true;
   bool progress = true;     // progress bar on stderr
@@ -120,11 +147,27 @@ struct BenchRun {
   BenchMetrics metrics;
 };
 
-// Prompts for the run: the dataset's lines (cycled to num_prompts) or random words, seeded.
-// Throws pagellm::Error when the dataset cannot be read or holds no prompt.
+// input_len, or the workload's default when it is 0. Throws pagellm::Error for an unknown
+// dataset_name.
+int64_t effective_input_len(const BenchServeConfig& cfg);
+// Checks the workload settings (dataset_name, lengths, turns; --dataset only with random).
+void validate_workload(const BenchServeConfig& cfg);
+
+// One string per request, seeded: random/dataset/shared-prefix: the whole prompt (dataset lines
+// cycled to num_prompts); multi-turn: the new user text of that turn (the prompt is built while the
+// run goes, from the answers, by multi_turn_prompt). Throws pagellm::Error when the dataset cannot
+// be read or holds no prompt, or for bad workload settings.
 std::vector<std::string> make_prompts(const BenchServeConfig& cfg);
 // A prompt of `num_words` words drawn from a fixed list of common English words.
 std::string random_words_prompt(int64_t num_words, uint64_t seed);
+// The common prefix of the shared-prefix workload (prefix_len words, from the seed).
+std::string shared_prefix(const BenchServeConfig& cfg);
+// The prompt of a multi-turn request: `history` is the previous turn's prompt followed by its
+// answer ("" for the first turn). history + "\nUser: " + user_text + "\nAssistant:" (no "\n"
+// before "User:" on the first turn), so every prompt starts with the text of the previous one.
+std::string multi_turn_prompt(const std::string& history, const std::string& user_text);
+// The cache_salt sent for request i with --cache-salt-per-request.
+std::string request_cache_salt(uint64_t seed, int64_t request_index);
 
 // Runs the benchmark (bench_serve_client.cc). Throws pagellm::Error for a bad base URL or when
 // the model list cannot be fetched; failed requests are counted, not thrown.

@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -98,7 +99,8 @@ std::string first_model_id(const Url& u, const std::string& api_key) {
   return j["data"][0]["id"].get<std::string>();
 }
 
-std::string request_body(const BenchServeConfig& cfg, const std::string& model, const std::string& prompt) {
+std::string request_body(const BenchServeConfig& cfg, const std::string& model, const std::string& prompt,
+                         int64_t request_index) {
   nlohmann::json j = {{"model", model},
                       {"prompt", prompt},
                       {"max_tokens", cfg.output_len},
@@ -106,7 +108,9 @@ std::string request_body(const BenchServeConfig& cfg, const std::string& model, 
                       {"stream", true},
                       {"stream_options", {{"include_usage", true}}}};
   if (cfg.ignore_eos) j["ignore_eos"] = true;
-  return j.dump();
+  if (cfg.cache_salt_per_request) j["cache_salt"] = request_cache_salt(cfg.seed, request_index);
+  // Random-weight models emit arbitrary bytes; keep invalid UTF-8 from stopping the run.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Reads the SSE stream of one response; fills r's times (relative to t0) and token counts.
@@ -134,9 +138,13 @@ void read_stream(tcp::socket& sock, beast::flat_buffer& fb, http::response_parse
       }
       const StreamChunk c = parse_stream_chunk(e);
       if (c.error) throw Error("error in stream: " + *c.error);
-      if (!c.text.empty()) r->chunk_s.push_back(seconds(now - t0));
+      if (!c.text.empty()) {
+        r->chunk_s.push_back(seconds(now - t0));
+        r->text += c.text;
+      }
       if (c.completion_tokens) usage_tokens = c.completion_tokens;
       if (c.prompt_tokens) r->prompt_tokens = *c.prompt_tokens;
+      if (c.cached_tokens) r->cached_tokens = *c.cached_tokens;
     }
     events.clear();
     if (eof) break;
@@ -216,12 +224,19 @@ void draw_progress(int64_t done, int64_t failed, int64_t total, double elapsed_s
 BenchRun run_bench_serve(const BenchServeConfig& cfg) {
   if (cfg.num_prompts < 1) throw Error("--num-prompts must be >= 1, got " + std::to_string(cfg.num_prompts));
   if (cfg.output_len < 1) throw Error("--output-len must be >= 1, got " + std::to_string(cfg.output_len));
+  validate_workload(cfg);
   const Url url = parse_base_url(cfg.base_url);
   BenchRun run;
   run.model = cfg.model.empty() ? first_model_id(url, cfg.api_key) : cfg.model;
-  const std::vector<std::string> prompts = make_prompts(cfg);
+  // texts[i]: the prompt of request i, or for multi-turn the user text of its turn.
+  const std::vector<std::string> texts = make_prompts(cfg);
+  const bool multi_turn = cfg.dataset.empty() && cfg.dataset_name == "multi-turn";
+  // A conversation is `turns` consecutive requests run one after another; single-turn workloads
+  // have conversations of one request. Arrivals and max_concurrency apply to conversations.
+  const int64_t turns = multi_turn ? cfg.num_turns : 1;
+  const int64_t num_conversations = (cfg.num_prompts + turns - 1) / turns;
   const double rate = cfg.request_rate > 0 ? cfg.request_rate : std::numeric_limits<double>::infinity();
-  const std::vector<double> arrivals = poisson_arrivals(cfg.num_prompts, rate, cfg.seed);
+  const std::vector<double> arrivals = poisson_arrivals(num_conversations, rate, cfg.seed);
 
   const size_t n = static_cast<size_t>(cfg.num_prompts);
   run.results.resize(n);
@@ -229,26 +244,41 @@ BenchRun run_bench_serve(const BenchServeConfig& cfg) {
   std::condition_variable cv;
   int64_t in_flight = 0, done = 0, failed = 0;
   std::vector<std::thread> threads;
-  threads.reserve(n);
+  threads.reserve(static_cast<size_t>(num_conversations));
   const Clock::time_point start = Clock::now();
   if (cfg.progress) draw_progress(0, 0, cfg.num_prompts, 0);
-  for (size_t i = 0; i < n; ++i) {
+  for (int64_t c = 0; c < num_conversations; ++c) {
     std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(arrivals[i])));
+                                              std::chrono::duration<double>(arrivals[static_cast<size_t>(c)])));
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return cfg.max_concurrency <= 0 || in_flight < cfg.max_concurrency; });
       ++in_flight;
     }
-    threads.emplace_back([&, i] {
-      RequestResult r = run_one(url, cfg.api_key, request_body(cfg, run.model, prompts[i]), start);
+    threads.emplace_back([&, c] {
+      const int64_t first = c * turns, last = std::min(first + turns, cfg.num_prompts);
+      std::string history;  // multi-turn: previous prompt + its answer
+      bool broken = false;  // a turn failed: the rest of the conversation is not sent
+      for (int64_t i = first; i < last; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        const std::string prompt = multi_turn ? multi_turn_prompt(history, texts[k]) : texts[k];
+        RequestResult r;
+        if (broken) {
+          r.error = "not sent: an earlier turn of its conversation failed";
+        } else {
+          r = run_one(url, cfg.api_key, request_body(cfg, run.model, prompt, i), start);
+        }
+        r.prompt_len_estimate = count_words(prompt);
+        if (multi_turn && r.success) history = prompt + r.text;
+        broken = broken || !r.success;
+        std::lock_guard<std::mutex> lock(mu);
+        run.results[k] = std::move(r);
+        ++done;
+        if (!run.results[k].success) ++failed;
+        if (cfg.progress) draw_progress(done, failed, cfg.num_prompts, seconds(Clock::now() - start));
+      }
       std::lock_guard<std::mutex> lock(mu);
-      r.prompt_len_estimate = cfg.dataset.empty() ? cfg.input_len : count_words(prompts[i]);
-      run.results[i] = std::move(r);
       --in_flight;
-      ++done;
-      if (!run.results[i].success) ++failed;
-      if (cfg.progress) draw_progress(done, failed, cfg.num_prompts, seconds(Clock::now() - start));
       cv.notify_all();
     });
   }

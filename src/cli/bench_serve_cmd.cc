@@ -55,16 +55,61 @@ std::string random_words_prompt(int64_t num_words, uint64_t seed) {
   return out;
 }
 
+int64_t effective_input_len(const BenchServeConfig& cfg) {
+  if (cfg.dataset_name != "random" && cfg.dataset_name != "shared-prefix" && cfg.dataset_name != "multi-turn") {
+    throw Error("--dataset-name must be random, shared-prefix or multi-turn, got '" + cfg.dataset_name + "'");
+  }
+  if (cfg.input_len != 0) return cfg.input_len;
+  return cfg.dataset_name == "random" ? 128 : 100;
+}
+
+void validate_workload(const BenchServeConfig& cfg) {
+  const int64_t input_len = effective_input_len(cfg);
+  if (!cfg.dataset.empty() && cfg.dataset_name != "random") {
+    throw Error("--dataset FILE gives single-turn prompts; it cannot be combined with --dataset-name " +
+                cfg.dataset_name);
+  }
+  if (cfg.dataset.empty() && input_len < 1) {
+    throw Error("--input-len must be >= 1, got " + std::to_string(input_len));
+  }
+  if (cfg.dataset_name == "shared-prefix" && cfg.prefix_len < 1) {
+    throw Error("--prefix-len must be >= 1, got " + std::to_string(cfg.prefix_len));
+  }
+  if (cfg.dataset_name == "multi-turn" && cfg.num_turns < 1) {
+    throw Error("--num-turns must be >= 1, got " + std::to_string(cfg.num_turns));
+  }
+}
+
+std::string shared_prefix(const BenchServeConfig& cfg) {
+  // A seed stream of its own, so that the prefix never equals one of the suffixes.
+  return random_words_prompt(cfg.prefix_len, cfg.seed * 1000003u + 0x5eed5eedu);
+}
+
+std::string multi_turn_prompt(const std::string& history, const std::string& user_text) {
+  std::string p = history;
+  if (!p.empty()) p += '\n';
+  p += "User: ";
+  p += user_text;
+  p += "\nAssistant:";
+  return p;
+}
+
+std::string request_cache_salt(uint64_t seed, int64_t request_index) {
+  return "bench-" + std::to_string(seed) + "-" + std::to_string(request_index);
+}
+
 std::vector<std::string> make_prompts(const BenchServeConfig& cfg) {
+  validate_workload(cfg);
   std::vector<std::string> prompts;
   if (!cfg.dataset.empty()) {
     const std::vector<std::string> lines = read_dataset(cfg.dataset);
     for (int64_t i = 0; i < cfg.num_prompts; ++i) prompts.push_back(lines[static_cast<size_t>(i) % lines.size()]);
     return prompts;
   }
-  if (cfg.input_len < 1) throw Error("--input-len must be >= 1, got " + std::to_string(cfg.input_len));
+  const int64_t input_len = effective_input_len(cfg);
+  const std::string prefix = cfg.dataset_name == "shared-prefix" ? shared_prefix(cfg) + " " : "";
   for (int64_t i = 0; i < cfg.num_prompts; ++i) {
-    prompts.push_back(random_words_prompt(cfg.input_len, cfg.seed * 1000003u + static_cast<uint64_t>(i)));
+    prompts.push_back(prefix + random_words_prompt(input_len, cfg.seed * 1000003u + static_cast<uint64_t>(i)));
   }
   return prompts;
 }
@@ -85,9 +130,22 @@ std::function<int()> add_bench_serve(CLI::App& bench) {
                        ->capture_default_str();
   CLI::Option* c = sub->add_option("--max-concurrency", cfg->max_concurrency, "Cap on requests in flight");
   r->excludes(c);
-  sub->add_option("--input-len", cfg->input_len, "Random prompts: words per prompt (~tokens)")->capture_default_str();
+  sub->add_option("--input-len", cfg->input_len,
+                  "Words (~tokens) per random prompt, shared-prefix suffix or multi-turn user turn "
+                  "(default 128 random, 100 otherwise)");
   sub->add_option("--output-len", cfg->output_len, "max_tokens of every request")->capture_default_str();
   sub->add_option("--dataset", cfg->dataset, "JSONL with {\"prompt\": ...} per line, or plain text (one prompt a line)");
+  sub->add_option("--dataset-name", cfg->dataset_name,
+                  "Workload: random, shared-prefix (common prefix + unique suffix) or multi-turn (conversations)")
+      ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn"}))
+      ->capture_default_str();
+  sub->add_option("--prefix-len", cfg->prefix_len, "shared-prefix: words (~tokens) of the common prefix")
+      ->capture_default_str();
+  sub->add_option("--num-turns", cfg->num_turns,
+                  "multi-turn: turns per conversation (--num-prompts counts requests, i.e. turns)")
+      ->capture_default_str();
+  sub->add_flag("--cache-salt-per-request", cfg->cache_salt_per_request,
+                "Send a unique cache_salt with every request (defeats prefix-cache sharing)");
   sub->add_option("--seed", cfg->seed, "Seed of the arrival times and random prompts")->capture_default_str();
   sub->add_flag("--no-ignore-eos", *no_ignore_eos, "Do not send ignore_eos: true (for servers that reject it)");
   sub->add_flag("--json", *json, "Print one JSON object instead of the table");
@@ -109,6 +167,7 @@ std::function<int()> add_bench_serve(CLI::App& bench) {
       throw Error("--plot: only .svg files are written, got '" + *plot + "'");
     }
     cfg->ignore_eos = !*no_ignore_eos;
+    validate_workload(*cfg);
     const BenchRun run = run_bench_serve(*cfg);
     if (*json) {
       std::puts(metrics_json(*cfg, run).c_str());

@@ -68,6 +68,8 @@ StreamChunk parse_stream_chunk(std::string_view json) {
   if (usage != j.end() && usage->is_object()) {
     c.completion_tokens = int_field(*usage, "completion_tokens");
     c.prompt_tokens = int_field(*usage, "prompt_tokens");
+    auto details = usage->find("prompt_tokens_details");
+    if (details != usage->end() && details->is_object()) c.cached_tokens = int_field(*details, "cached_tokens");
   }
   auto err = j.find("error");
   if (err != j.end() && !err->is_null()) {

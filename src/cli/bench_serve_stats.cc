@@ -60,6 +60,10 @@ BenchMetrics compute_metrics(const std::vector<RequestResult>& results, double d
     ++m.completed;
     m.total_input_tokens += r.prompt_tokens >= 0 ? r.prompt_tokens : r.prompt_len_estimate;
     m.total_output_tokens += r.output_tokens;
+    if (r.cached_tokens >= 0) {
+      ++m.requests_with_cached_tokens;
+      m.total_cached_tokens += r.cached_tokens;
+    }
     ttft.push_back(r.ttft_s * 1e3);
     e2el.push_back(r.e2el_s * 1e3);
     if (r.output_tokens > 1) tpot.push_back((r.e2el_s - r.ttft_s) * 1e3 / static_cast<double>(r.output_tokens - 1));
@@ -69,6 +73,9 @@ BenchMetrics compute_metrics(const std::vector<RequestResult>& results, double d
     m.request_throughput = static_cast<double>(m.completed) / duration_s;
     m.output_throughput = static_cast<double>(m.total_output_tokens) / duration_s;
     m.total_token_throughput = static_cast<double>(m.total_input_tokens + m.total_output_tokens) / duration_s;
+  }
+  if (m.requests_with_cached_tokens > 0) {
+    m.mean_cached_tokens = static_cast<double>(m.total_cached_tokens) / static_cast<double>(m.requests_with_cached_tokens);
   }
   m.ttft_ms = summarize(ttft);
   m.tpot_ms = summarize(tpot);
@@ -111,7 +118,12 @@ std::string metrics_json(const BenchServeConfig& cfg, const BenchRun& run) {
     j["request_rate"] = cfg.request_rate;
   }
   j["max_concurrency"] = cfg.max_concurrency > 0 ? nlohmann::json(cfg.max_concurrency) : nlohmann::json(nullptr);
-  j["input_len"] = cfg.input_len;
+  j["dataset_name"] = cfg.dataset.empty() ? cfg.dataset_name : "file";
+  if (!cfg.dataset.empty()) j["dataset"] = cfg.dataset;
+  j["input_len"] = effective_input_len(cfg);
+  if (cfg.dataset_name == "shared-prefix") j["prefix_len"] = cfg.prefix_len;
+  if (cfg.dataset_name == "multi-turn") j["num_turns"] = cfg.num_turns;
+  j["cache_salt_per_request"] = cfg.cache_salt_per_request;
   j["output_len"] = cfg.output_len;
   j["completed"] = m.completed;
   j["failed"] = m.failed;
@@ -121,6 +133,9 @@ std::string metrics_json(const BenchServeConfig& cfg, const BenchRun& run) {
   j["request_throughput"] = m.request_throughput;
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
+  // null when the server sent no usage.prompt_tokens_details.cached_tokens
+  j["mean_cached_tokens"] = m.requests_with_cached_tokens > 0 ? nlohmann::json(m.mean_cached_tokens) : nlohmann::json(nullptr);
+  j["total_cached_tokens"] = m.requests_with_cached_tokens > 0 ? nlohmann::json(m.total_cached_tokens) : nlohmann::json(nullptr);
   put_summary(j, "ttft", m.ttft_ms);
   put_summary(j, "tpot", m.tpot_ms);
   put_summary(j, "itl", m.itl_ms);
@@ -142,12 +157,16 @@ std::string metrics_table(const BenchServeConfig& cfg, const BenchRun& run) {
     out += buf;
   };
   out += "  Model:                             " + run.model + "\n";
+  out += "  Workload:                          " + (cfg.dataset.empty() ? cfg.dataset_name : "file " + cfg.dataset) + "\n";
   row("Successful requests:", static_cast<double>(m.completed), "  %-34s %12.0f\n");
   row("Failed requests:", static_cast<double>(m.failed), "  %-34s %12.0f\n");
   if (cfg.max_concurrency > 0) row("Maximum request concurrency:", static_cast<double>(cfg.max_concurrency), "  %-34s %12.0f\n");
   row("Benchmark duration (s):", m.duration_s, "  %-34s %12.2f\n");
   row("Total input tokens:", static_cast<double>(m.total_input_tokens), "  %-34s %12.0f\n");
   row("Total generated tokens:", static_cast<double>(m.total_output_tokens), "  %-34s %12.0f\n");
+  if (m.requests_with_cached_tokens > 0) {
+    row("Mean cached prompt tokens:", m.mean_cached_tokens, "  %-34s %12.1f\n");
+  }
   row("Request throughput (req/s):", m.request_throughput, "  %-34s %12.2f\n");
   row("Output token throughput (tok/s):", m.output_throughput, "  %-34s %12.2f\n");
   row("Total token throughput (tok/s):", m.total_token_throughput, "  %-34s %12.2f\n");

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -104,6 +106,13 @@ TEST(BenchServeSse, ParsesCompletionChatUsageAndErrorChunks) {
   EXPECT_EQ(c.text, "");
   EXPECT_EQ(c.completion_tokens, 16);
   EXPECT_EQ(c.prompt_tokens, 5);
+  EXPECT_FALSE(c.cached_tokens);
+  c = parse_stream_chunk(
+      R"({"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32}}})");
+  EXPECT_EQ(c.cached_tokens, 32);
+  EXPECT_EQ(c.prompt_tokens, 40);
+  c = parse_stream_chunk(R"({"choices":[],"usage":{"prompt_tokens":4,"prompt_tokens_details":null}})");
+  EXPECT_FALSE(c.cached_tokens);
   c = parse_stream_chunk(R"({"error":{"message":"boom","type":"server_error"}})");
   EXPECT_EQ(c.error, "boom");
   EXPECT_THROW(parse_stream_chunk("not json"), Error);
@@ -141,6 +150,98 @@ TEST(BenchServePrompts, RandomWordsAndDataset) {
                                                          "Once upon a time", "plain text line"}));
   cfg.dataset = path + ".missing";
   EXPECT_THROW(make_prompts(cfg), Error);
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> w;
+  std::istringstream in(s);
+  for (std::string x; in >> x;) w.push_back(x);
+  return w;
+}
+
+TEST(BenchServePrompts, SharedPrefixIsCommonAndSuffixesAreUnique) {
+  BenchServeConfig cfg;
+  cfg.dataset_name = "shared-prefix";
+  cfg.num_prompts = 6;
+  cfg.prefix_len = 40;
+  cfg.seed = 9;
+  EXPECT_EQ(effective_input_len(cfg), 100);  // the shared-prefix default
+  cfg.input_len = 12;
+  const std::vector<std::string> p = make_prompts(cfg);
+  ASSERT_EQ(p.size(), 6u);
+  const std::string prefix = shared_prefix(cfg);
+  EXPECT_EQ(split_words(prefix).size(), 40u);
+  std::set<std::string> suffixes;
+  for (const std::string& x : p) {
+    ASSERT_EQ(x.rfind(prefix + " ", 0), 0u) << x;
+    const std::string suffix = x.substr(prefix.size() + 1);
+    EXPECT_EQ(split_words(suffix).size(), 12u);
+    suffixes.insert(suffix);
+  }
+  EXPECT_EQ(suffixes.size(), 6u);
+  EXPECT_EQ(make_prompts(cfg), p);  // seeded
+  cfg.seed = 10;
+  EXPECT_NE(shared_prefix(cfg), prefix);
+  // The random workload's prompts are the suffixes alone.
+  BenchServeConfig r = cfg;
+  r.seed = 9;
+  r.dataset_name = "random";
+  EXPECT_EQ(make_prompts(r)[0], p[0].substr(prefix.size() + 1));
+  r.input_len = 0;
+  EXPECT_EQ(effective_input_len(r), 128);
+}
+
+TEST(BenchServePrompts, MultiTurnPromptsExtendTheHistory) {
+  const std::string t0 = multi_turn_prompt("", "hello there");
+  EXPECT_EQ(t0, "User: hello there\nAssistant:");
+  const std::string t1 = multi_turn_prompt(t0 + " hi", "and then");
+  EXPECT_EQ(t1, "User: hello there\nAssistant: hi\nUser: and then\nAssistant:");
+  EXPECT_EQ(t1.rfind(t0, 0), 0u);
+  BenchServeConfig cfg;
+  cfg.dataset_name = "multi-turn";
+  cfg.num_prompts = 5;
+  cfg.input_len = 3;
+  const std::vector<std::string> u = make_prompts(cfg);  // user texts, one per request
+  ASSERT_EQ(u.size(), 5u);
+  for (const std::string& x : u) EXPECT_EQ(split_words(x).size(), 3u);
+  EXPECT_NE(u[0], u[1]);
+  EXPECT_EQ(request_cache_salt(3, 17), "bench-3-17");
+  EXPECT_NE(request_cache_salt(3, 17), request_cache_salt(3, 18));
+}
+
+TEST(BenchServePrompts, BadWorkloadSettings) {
+  BenchServeConfig cfg;
+  cfg.dataset_name = "nope";
+  EXPECT_THROW(make_prompts(cfg), Error);
+  cfg.dataset_name = "shared-prefix";
+  cfg.prefix_len = 0;
+  EXPECT_THROW(make_prompts(cfg), Error);
+  cfg.dataset_name = "multi-turn";
+  cfg.num_turns = 0;
+  EXPECT_THROW(make_prompts(cfg), Error);
+  cfg.num_turns = 2;
+  cfg.dataset = "/dev/null";
+  EXPECT_THROW(make_prompts(cfg), Error);  // --dataset is single-turn
+  cfg.dataset.clear();
+  cfg.input_len = -1;
+  EXPECT_THROW(make_prompts(cfg), Error);
+}
+
+TEST(BenchServeStats, MeanCachedTokensOverRequestsThatReportIt) {
+  RequestResult a, b, c;
+  for (RequestResult* r : {&a, &b, &c}) {
+    r->success = true;
+    r->chunk_s = {0.1};
+    r->ttft_s = r->e2el_s = 0.1;
+    r->output_tokens = 1;
+  }
+  a.cached_tokens = 10;
+  b.cached_tokens = 0;
+  EXPECT_EQ(compute_metrics({c}, 1.0).requests_with_cached_tokens, 0);
+  const BenchMetrics m = compute_metrics({a, b, c}, 1.0);
+  EXPECT_EQ(m.requests_with_cached_tokens, 2);
+  EXPECT_EQ(m.total_cached_tokens, 10);
+  EXPECT_DOUBLE_EQ(m.mean_cached_tokens, 5.0);
 }
 
 // ---- SVG ----
@@ -209,6 +310,7 @@ class FakeServer {
     bool send_usage = true;
     int status = 200;
     std::chrono::milliseconds token_gap{2};
+    int cached_tokens = -1;  // >= 0: usage.prompt_tokens_details.cached_tokens
   };
   explicit FakeServer(Options o) : opt_(o), acceptor_(io_, {net::ip::make_address("127.0.0.1"), 0}) {
     port_ = acceptor_.local_endpoint().port();
@@ -287,8 +389,12 @@ class FakeServer {
       }
       write_chunk(s, "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n");
       if (opt_.send_usage) {
+        const std::string details =
+            opt_.cached_tokens >= 0
+                ? ",\"prompt_tokens_details\":{\"cached_tokens\":" + std::to_string(opt_.cached_tokens) + "}"
+                : "";
         write_chunk(s, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":" +
-                           std::to_string(n) + "}}\n\n");
+                           std::to_string(n) + details + "}}\n\n");
       }
       write_chunk(s, "data: [DONE]\n\n");
       --in_flight_;
@@ -365,6 +471,71 @@ TEST(BenchServeRun, PoissonRateWithoutUsageCountsChunks) {
   EXPECT_EQ(run.metrics.completed, 6);
   EXPECT_EQ(run.metrics.total_output_tokens, 18);
   EXPECT_EQ(run.metrics.total_input_tokens, 24);  // the estimate: input_len each
+}
+
+TEST(BenchServeRun, MultiTurnConversationsCarryTheirAnswers) {
+  FakeServer server({.cached_tokens = 8});
+  BenchServeConfig cfg;
+  cfg.base_url = server.url();
+  cfg.model = "m";
+  cfg.dataset_name = "multi-turn";
+  cfg.num_turns = 3;
+  cfg.num_prompts = 7;  // conversations of 3, 3 and 1 turns
+  cfg.max_concurrency = 2;
+  cfg.input_len = 2;
+  cfg.output_len = 3;
+  cfg.cache_salt_per_request = true;
+  cfg.progress = false;
+  const BenchRun run = run_bench_serve(cfg);
+  EXPECT_EQ(run.metrics.completed, 7);
+  EXPECT_EQ(run.metrics.requests_with_cached_tokens, 7);
+  EXPECT_DOUBLE_EQ(run.metrics.mean_cached_tokens, 8.0);
+  EXPECT_LE(server.max_in_flight(), 2);
+  const std::vector<std::string> user = make_prompts(cfg);
+  std::set<std::string> prompts, salts;
+  for (const nlohmann::json& b : server.bodies()) {
+    prompts.insert(b["prompt"].get<std::string>());
+    salts.insert(b["cache_salt"].get<std::string>());
+  }
+  EXPECT_EQ(salts.size(), 7u);
+  // The fake server answers " w0 w1 w2" to every request.
+  for (int c = 0; c < 3; ++c) {
+    std::string history;
+    for (int t = 0; t < 3 && c * 3 + t < 7; ++t) {
+      const std::string p = multi_turn_prompt(history, user[static_cast<size_t>(c * 3 + t)]);
+      EXPECT_TRUE(prompts.count(p)) << "conversation " << c << " turn " << t << ": " << p;
+      EXPECT_EQ(run.results[static_cast<size_t>(c * 3 + t)].text, " w0 w1 w2");
+      history = p + " w0 w1 w2";
+    }
+  }
+  const nlohmann::json j = nlohmann::json::parse(metrics_json(cfg, run));
+  EXPECT_EQ(j["dataset_name"], "multi-turn");
+  EXPECT_EQ(j["num_turns"], 3);
+  EXPECT_DOUBLE_EQ(j["mean_cached_tokens"].get<double>(), 8.0);
+}
+
+TEST(BenchServeRun, SharedPrefixWithoutCachedTokens) {
+  FakeServer server({});
+  BenchServeConfig cfg;
+  cfg.base_url = server.url();
+  cfg.model = "m";
+  cfg.dataset_name = "shared-prefix";
+  cfg.prefix_len = 20;
+  cfg.input_len = 5;
+  cfg.num_prompts = 4;
+  cfg.output_len = 2;
+  cfg.progress = false;
+  const BenchRun run = run_bench_serve(cfg);
+  EXPECT_EQ(run.metrics.completed, 4);
+  EXPECT_EQ(run.metrics.requests_with_cached_tokens, 0);
+  for (const nlohmann::json& b : server.bodies()) {
+    EXPECT_EQ(b["prompt"].get<std::string>().rfind(shared_prefix(cfg) + " ", 0), 0u);
+    EXPECT_FALSE(b.contains("cache_salt"));
+  }
+  const nlohmann::json j = nlohmann::json::parse(metrics_json(cfg, run));
+  EXPECT_TRUE(j["mean_cached_tokens"].is_null());
+  EXPECT_EQ(j["prefix_len"], 20);
+  EXPECT_NE(metrics_table(cfg, run).find("shared-prefix"), std::string::npos);
 }
 
 TEST(BenchServeRun, HttpErrorsAreCountedNotThrown) {

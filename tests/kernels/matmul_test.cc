@@ -147,17 +147,15 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0),
                          [](const ::testing::TestParamInfo<GgmlType>& info) { return type_name(info.param); });
 
-// The AVX-512 kernels produce exactly the AVX2 kernels' bits (quantized: both follow ggml's lane
-// structure with exact integer lane sums; float: the same per-lane FMA chains), for odd and even
-// block counts, float tails, every tile size 1..8 and 1 or 2 threads.
+// The AVX-512 VNNI quantized kernels produce exactly the AVX2 kernels' bits (both follow ggml's
+// lane structure with exact integer lane sums), for odd and even block counts, every tile size
+// 1..8 and 1 or 2 threads.
 TEST(Matmul, Avx512VnniEqualsAvx2Bitwise) {
   if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI";
   Rng rng(77);
   ThreadPool pool(2);
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
-    std::vector<int64_t> col_sizes = {32, 64, 96, 288, 2080};
-    if (!is_quant(type)) col_sizes.insert(col_sizes.end(), {7, 33, 100, 63});
-    for (int64_t cols : col_sizes) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    for (int64_t cols : {32, 64, 96, 288, 2080}) {
       const int64_t rows = 37;
       const TestWeights w = make_weights(type, rows, cols, rng);
       for (int64_t num_tokens : {1, 2, 5, 8, 9, 19}) {

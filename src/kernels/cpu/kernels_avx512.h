@@ -1,4 +1,4 @@
-// Internal to src/kernels/cpu: AVX-512 (VNNI) matmul tiles (matmul_avx512.cc). Call only
+// Internal to src/kernels/cpu: AVX-512 VNNI quantized dot products (matmul_avx512.cc). Call only
 // when use_avx512_vnni() (cpu_features.h) is true. No intrinsic types appear here.
 #pragma once
 
@@ -28,11 +28,5 @@ void prepare_pairs(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, PairQ8
 constexpr int kMaxTileTokens = 8;
 void dot_q8_0_tile(const BlockQ8_0* w, const PairQ8* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q4_0_tile(const BlockQ4_0* w, const PairQ8* x, int64_t x_stride, int64_t nb, int m, float* out);
-
-// Float weights, same contract as avx2::dot_*_tile (x_stride and n in elements) with m up to
-// kMaxTileTokens; out[k] is bit-identical to avx2::dot_* of the same row and token.
-void dot_f32_tile(const float* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
-void dot_f16_tile(const uint16_t* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
-void dot_bf16_tile(const uint16_t* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
 
 }  // namespace pagellm::kernels::avx512

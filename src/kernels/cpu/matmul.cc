@@ -1,7 +1,7 @@
 // matmul(): shape checks, activation preparation, threading and ISA dispatch.
 //
-// On CPUs with AVX-512 VNNI every weight type takes avx512::dot_*_tile (tiles of up to 8 tokens;
-// quantized activations prepared once per call as PairQ8); results are bit-identical to AVX2's.
+// Quantized weights on CPUs with AVX-512 VNNI take avx512::dot_*_tile (tiles of up to 8 tokens,
+// activations prepared once per call as PairQ8); the results are bit-identical to the AVX2 tiles.
 //
 // Work split (batch invariance): threads own contiguous ranges of output rows; inside a range,
 // rows are walked in blocks that stay in cache while every token visits them, tokens in tiles
@@ -85,8 +85,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   int64_t x_stride = cols;
   thread_local std::vector<BlockQ8_0> xq;
   thread_local std::vector<avx512::PairQ8> xp;
-  const bool avx512 = simd && use_avx512_vnni();
-  const bool vnni = avx512 && is_quantized(type);
+  const bool vnni = simd && is_quantized(type) && use_avx512_vnni();
   if (is_quantized(type)) {
     x_stride = cols / kQK8_0;
     xq.resize(static_cast<size_t>(num_tokens * x_stride));
@@ -108,7 +107,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const auto* wbase = static_cast<const uint8_t*>(w.data);
   const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / row_bytes);
   const int64_t xa_elem = is_quantized(type) ? static_cast<int64_t>(sizeof(BlockQ8_0)) : 4;
-  const int64_t max_tile = avx512 ? avx512::kMaxTileTokens : avx2::kMaxTileTokens;
+  const int64_t max_tile = vnni ? avx512::kMaxTileTokens : avx2::kMaxTileTokens;
 
   // y[t0 .. t0 + m, r] -> out[0 .. m).
   auto tile_at = [&](int64_t r, int64_t t0, int m, float* out) {
@@ -117,12 +116,6 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
       const avx512::PairQ8* xt = xpa + t0 * np;
       if (type == GgmlType::Q4_0) return avx512::dot_q4_0_tile(reinterpret_cast<const BlockQ4_0*>(wr), xt, np, nb, m, out);
       return avx512::dot_q8_0_tile(reinterpret_cast<const BlockQ8_0*>(wr), xt, np, nb, m, out);
-    }
-    if (avx512) {
-      const float* xt = static_cast<const float*>(xa) + t0 * cols;
-      if (type == GgmlType::F16) return avx512::dot_f16_tile(reinterpret_cast<const uint16_t*>(wr), xt, cols, cols, m, out);
-      if (type == GgmlType::BF16) return avx512::dot_bf16_tile(reinterpret_cast<const uint16_t*>(wr), xt, cols, cols, m, out);
-      return avx512::dot_f32_tile(reinterpret_cast<const float*>(wr), xt, cols, cols, m, out);
     }
     tile(type, simd, wr, static_cast<const uint8_t*>(xa) + t0 * x_stride * xa_elem, x_stride, cols, m, out);
   };

@@ -1,5 +1,4 @@
-// AVX-512 dot products (entered only when use_avx512_vnni()): Q8_0 / Q4_0 with VNNI, and the
-// float weights (F32 / F16 / BF16) with 16-lane FMAs at the end of this file.
+// AVX-512 VNNI dot products for Q8_0 / Q4_0 weights (entered only when use_avx512_vnni()).
 //
 // Bit-identical to the AVX2 kernels (matmul_avx2.cc) and so to ggml's x86 vec_dot: the only
 // integer quantities that reach float are the 8 int32 lanes per block, lane i = sum of the
@@ -25,7 +24,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <cmath>
 #include <type_traits>
 
 #include "kernels/cpu/kernels_avx512.h"
@@ -126,92 +124,7 @@ void dispatch(const typename L::Block* w, const PairQ8* x, int64_t xs, int64_t n
   __builtin_unreachable();
 }
 
-
-// ---- float weights (F32, F16, BF16) ---------------------------------------------------------
-// avx2::float_tile keeps 4 accumulators a0..a3 of 8 lanes over steps of 32 elements. Here
-// zA = [a0 | a1] and zB = [a2 | a3]: one 16-lane FMA does what two 8-lane FMAs did, lane for lane.
-// After the steps of 32 the accumulators are split back and the AVX2 tail runs unchanged
-// (steps of 8 into a0, (a0 + a1) + (a2 + a3), hsum, scalar FMA tail in element order).
-struct F32L {
-  using T = float;
-  static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-  static float scalar(const float* p) { return *p; }
-};
-struct F16L {
-  using T = uint16_t;
-  static __m512 load16(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static float scalar(const uint16_t* p) { return _cvtsh_ss(*p); }
-};
-struct BF16L {
-  using T = uint16_t;
-  static __m512 load16(const uint16_t* p) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-  }
-  static __m256 load8(const uint16_t* p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-  }
-  static float scalar(const uint16_t* p) { return bf16_to_fp32(*p); }
-};
-
-template <typename L, int M>
-void float_tile(const typename L::T* w, const float* x, int64_t xs, int64_t n, float* out) {
-  __m512 za[M], zb[M];
-  for (int k = 0; k < M; ++k) za[k] = zb[k] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 w0 = L::load16(w + i), w1 = L::load16(w + i + 16);
-#pragma GCC unroll 8
-    for (int k = 0; k < M; ++k) {
-      const float* xk = x + k * xs + i;
-      za[k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xk), za[k]);
-      zb[k] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xk + 16), zb[k]);
-    }
-  }
-  for (int k = 0; k < M; ++k) {
-    __m256 a0 = _mm512_castps512_ps256(za[k]);
-    const __m256 a1 = _mm512_extractf32x8_ps(za[k], 1);
-    const __m256 a2 = _mm512_castps512_ps256(zb[k]), a3 = _mm512_extractf32x8_ps(zb[k], 1);
-    const float* xk = x + k * xs;
-    int64_t j = i;
-    for (; j + 8 <= n; j += 8) a0 = _mm256_fmadd_ps(L::load8(w + j), _mm256_loadu_ps(xk + j), a0);
-    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; j < n; ++j) s = std::fma(L::scalar(w + j), xk[j], s);
-    out[k] = s;
-  }
-}
-
-template <typename L>
-void float_dispatch(const typename L::T* w, const float* x, int64_t xs, int64_t n, int m, float* out) {
-  switch (m) {
-    case 1: return float_tile<L, 1>(w, x, xs, n, out);
-    case 2: return float_tile<L, 2>(w, x, xs, n, out);
-    case 3: return float_tile<L, 3>(w, x, xs, n, out);
-    case 4: return float_tile<L, 4>(w, x, xs, n, out);
-    case 5: return float_tile<L, 5>(w, x, xs, n, out);
-    case 6: return float_tile<L, 6>(w, x, xs, n, out);
-    case 7: return float_tile<L, 7>(w, x, xs, n, out);
-    case 8: return float_tile<L, 8>(w, x, xs, n, out);
-  }
-  __builtin_unreachable();
-}
-
 }  // namespace
-
-void dot_f32_tile(const float* w, const float* x, int64_t xs, int64_t n, int m, float* out) {
-  float_dispatch<F32L>(w, x, xs, n, m, out);
-}
-void dot_f16_tile(const uint16_t* w, const float* x, int64_t xs, int64_t n, int m, float* out) {
-  float_dispatch<F16L>(w, x, xs, n, m, out);
-}
-void dot_bf16_tile(const uint16_t* w, const float* x, int64_t xs, int64_t n, int m, float* out) {
-  float_dispatch<BF16L>(w, x, xs, n, m, out);
-}
 
 void prepare_pairs(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, PairQ8* out) {
   const bool q4 = weight_type == GgmlType::Q4_0;

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Output tokens/s vs concurrency for `pagellm serve` (continuous batching), measured with
+# `pagellm bench serve`: starts one server, runs one fixed-concurrency benchmark per level
+# (back to back, after a warm-up request), stops the server and prints a markdown table in which
+# every throughput is also given as a ratio to concurrency 1 (one request at a time).
+# With --serial-baseline it then restarts the server with --max-num-seqs 1 and runs the highest
+# concurrency again: the same offered load served one request at a time.
+#
+#   bench/serve_sweep.sh -m /tmp/tinyllama-q4_0.gguf [--concurrency "1 4 16 64"] [--input-len 32]
+#       [--output-len 32] [--prompts-per-level 2] [--min-prompts 4] [--port 8391] [--threads 2]
+#       [--kv-cache-memory 256MiB] [--max-num-batched-tokens 512] [--bin build/pagellm]
+#       [--run-timeout 600] [--serial-baseline] [--json-dir DIR]
+#
+# Each level sends max(prompts-per-level * C, min-prompts) requests of input-len random words and
+# output-len tokens (ignore_eos). All traffic goes to 127.0.0.1. Every run is bounded by
+# --run-timeout seconds (a run that times out is reported as such, the sweep goes on).
+set -euo pipefail
+
+model=""
+levels="1 4 16 64"
+input_len=32
+output_len=32
+per_level=2
+min_prompts=4
+port=8391
+threads=2
+kv_mem=256MiB
+batched=512
+bin=""
+run_timeout=600
+serial=0
+json_dir=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -m|--model) model="$2"; shift 2 ;;
+    --concurrency) levels="$2"; shift 2 ;;
+    --input-len) input_len="$2"; shift 2 ;;
+    --output-len) output_len="$2"; shift 2 ;;
+    --prompts-per-level) per_level="$2"; shift 2 ;;
+    --min-prompts) min_prompts="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --kv-cache-memory) kv_mem="$2"; shift 2 ;;
+    --max-num-batched-tokens) batched="$2"; shift 2 ;;
+    --bin) bin="$2"; shift 2 ;;
+    --run-timeout) run_timeout="$2"; shift 2 ;;
+    --serial-baseline) serial=1; shift ;;
+    --json-dir) json_dir="$2"; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "serve_sweep.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$model" ]] || { echo "serve_sweep.sh: -m MODEL is required" >&2; exit 2; }
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [[ -z "$bin" ]]; then
+  for b in "$root/build-bench/pagellm" "$root/build/pagellm"; do [[ -x "$b" ]] && { bin="$b"; break; }; done
+fi
+[[ -x "$bin" ]] || { echo "serve_sweep.sh: no pagellm binary (pass --bin)" >&2; exit 2; }
+work="$(mktemp -d)"
+[[ -n "$json_dir" ]] || json_dir="$work"
+mkdir -p "$json_dir"
+max_c=1
+for c in $levels; do (( c > max_c )) && max_c=$c; done
+
+server_pid=""
+stop_server() {
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  server_pid=""
+}
+trap 'stop_server; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+start_server() {  # $1 = max-num-seqs
+  "$bin" serve -m "$model" --host 127.0.0.1 --port "$port" --threads "$threads" --max-num-seqs "$1" \
+    --max-num-batched-tokens "$batched" --kv-cache-memory "$kv_mem" --max-waiting 4096 --drain-timeout 1 \
+    >"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 1 600); do  # up to 60 s to load the model
+    if curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1; then break; fi
+    kill -0 "$server_pid" 2>/dev/null || { echo "server exited:" >&2; cat "$work/server.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null || { echo "server not up after 60 s" >&2; exit 1; }
+  # Warm-up: page the weights in and run every kernel once; not measured.
+  timeout "$run_timeout" "$bin" bench serve --base-url "http://127.0.0.1:$port" --num-prompts 1 \
+    --input-len "$input_len" --output-len 4 --no-progress --json >/dev/null
+}
+
+# $1 = label, $2 = concurrency, $3 = max-num-seqs of the server; appends "label c n json" to rows.
+rows=()
+run_level() {
+  local c="$2" n=$(( per_level * $2 ))
+  (( n < min_prompts )) && n=$min_prompts
+  local out="$json_dir/$1-c$c.json"
+  echo "[$(date +%T)] $1: concurrency $c, $n requests" >&2
+  if timeout "$run_timeout" "$bin" bench serve --base-url "http://127.0.0.1:$port" --num-prompts "$n" \
+      --max-concurrency "$c" --input-len "$input_len" --output-len "$output_len" --seed 1 --json --no-progress \
+      >"$out"; then
+    rows+=("$1 $c $3 $out")
+  else
+    rows+=("$1 $c $3 TIMEOUT")
+  fi
+}
+
+start_server "$max_c"
+for c in $levels; do run_level batched "$c" "$max_c"; done
+stop_server
+if (( serial )); then
+  start_server 1
+  run_level serial "$max_c" 1
+  stop_server
+fi
+
+echo
+echo "model: $(basename "$model"), input $input_len words, output $output_len tokens, --threads $threads, $(nproc) CPUs, $(date -u +%F)"
+echo
+python3 - "${rows[@]}" <<'EOF'
+import json, sys
+args = sys.argv[1:]
+rows = [a.split() for a in args]  # "label concurrency max-num-seqs json-or-TIMEOUT"
+base = None
+for label, c, seqs, path in rows:
+    if label == "batched" and c == "1" and path != "TIMEOUT":
+        base = json.load(open(path))["output_throughput"]
+print("| server `--max-num-seqs` | concurrency | requests | output tok/s | vs concurrency 1 | mean TTFT (ms) | mean TPOT (ms) | failed |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for label, c, seqs, path in rows:
+    if path == "TIMEOUT":
+        print(f"| {seqs} | {c} | | timed out | | | | |")
+        continue
+    j = json.load(open(path))
+    ratio = f"{j['output_throughput'] / base:.2f}x" if base else "n/a"
+    print(f"| {seqs} | {c} | {j['completed'] + j['failed']} | {j['output_throughput']:.2f} | {ratio} | "
+          f"{j['mean_ttft_ms']:.0f} | {j['mean_tpot_ms']:.0f} | {j['failed']} |")
+EOF
