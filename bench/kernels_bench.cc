@@ -2,7 +2,7 @@
 // chunk) on a 5632 x 2048 weight (TinyLlama's ffn_up: rows = intermediate_size, cols =
 // hidden_size), per weight dtype. Bytes/s counts weight bytes streamed per call, the decode
 // roofline quantity. Args: {dtype id, num_tokens, num_threads, avx512}; avx512 = 0 forces the
-// AVX2 kernels for quantized weights (A/B of matmul_avx512.cc in one process:
+// AVX2 kernels (A/B of matmul_avx512.cc in one process:
 // --benchmark_enable_random_interleaving=true --benchmark_repetitions=5).
 #include <benchmark/benchmark.h>
 
@@ -71,11 +71,10 @@ void BM_Matmul(benchmark::State& state) {
 
 void matmul_args(benchmark::internal::Benchmark* b) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0}) {
-    const bool quant = t == GgmlType::Q8_0 || t == GgmlType::Q4_0;
     for (int64_t m : {1, 16, 64}) {
       for (int64_t threads : {1, 2}) {
         b->Args({static_cast<int64_t>(t), m, threads, 1});
-        if (quant && cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0});
+        if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0});
       }
     }
   }
