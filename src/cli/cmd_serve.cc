@@ -21,6 +21,8 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--kv-cache-memory", o->kv_cache_memory,
                  "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: one full context");
   app.add_option("--kv-dtype", *kv_dtype, "KV cache dtype: f32 or f16")->capture_default_str();
+  app.add_flag("--no-prefix-caching", [o](int64_t) { o->enable_prefix_caching = false; },
+               "Turn off automatic prefix caching (shared KV blocks for shared prompt prefixes)");
   app.add_option("--max-waiting", o->max_waiting, "Waiting-queue bound; beyond it requests get 429")
       ->capture_default_str();
   app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (default: $PAGELLM_API_KEY if set)");

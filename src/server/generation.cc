@@ -91,6 +91,8 @@ void GenerationCall::on_output(size_t index, const RequestOutput& out) {
   r.text += out.delta_text;
   if (out.finished) {
     c.finished = true;
+    r.num_cached_tokens = out.num_cached_tokens;
+    r.cumulative_logprob = out.cumulative_logprob;
     r.finish_reason = out.finish_reason;
     if (out.finish_reason == "stop") r.stop_reason = out.stop_reason;
     ++num_finished_;
@@ -143,6 +145,7 @@ void GenerationCall::finish() {
   std::vector<ChoiceResult> results;
   results.reserve(choices_.size());
   for (Choice& c : choices_) results.push_back(std::move(c.result));
+  results = select_best_of(plan_, std::move(results));
   if (plan_.stream) {
     if (plan_.include_usage) ex_->write(sse_event(usage_chunk(plan_, plan_usage(plan_, results))));
     ex_->write(sse_done());

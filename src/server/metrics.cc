@@ -143,6 +143,15 @@ std::string ServerMetrics::render(const EngineStats& s) const {
            static_cast<double>(s.num_free_blocks));
   w.scalar("pagellm:num_preemptions_total", "counter", "Cumulative number of preemptions (recompute).",
            static_cast<double>(s.num_preemptions));
+  w.scalar("pagellm:prefix_cache_queries_total", "counter",
+           "Prompt tokens looked up in the prefix cache at admission (tokens).",
+           static_cast<double>(s.prefix_cache_queries));
+  w.scalar("pagellm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache (tokens).",
+           static_cast<double>(s.prefix_cache_hits));
+  w.scalar("pagellm:prefix_cache_hit_rate", "gauge", "prefix_cache_hits_total / prefix_cache_queries_total (0 before any query).",
+           s.prefix_cache_queries > 0 ? static_cast<double>(s.prefix_cache_hits) / s.prefix_cache_queries : 0.0);
+  w.scalar("pagellm:num_cached_blocks", "gauge", "KV-cache blocks registered in the prefix cache (held or free).",
+           static_cast<double>(s.num_cached_blocks));
   std::lock_guard<std::mutex> lock(mu_);
   w.scalar("pagellm:prompt_tokens_total", "counter", "Number of prompt tokens processed (once per request).",
            static_cast<double>(prompt_tokens_));

@@ -61,12 +61,18 @@ struct GenerationPlan {
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions only
   int32_t n = 1;
+  // Sequences generated per prompt (completions' best_of; = n otherwise). With best_of > n the
+  // n with the highest cumulative logprob are returned (non-streamed only).
+  int32_t best_of = 1;
+  int64_t discarded_completion_tokens = 0;  // tokens of best_of sequences not returned (billed)
+  int64_t cached_tokens = 0;                // prompt tokens reused from the prefix cache
   // Top logprobs per token: -1 none; completions: `logprobs`; chat: `top_logprobs` (0 when
   // `logprobs` is true without it).
   int32_t logprobs = -1;
   std::vector<PromptPlan> prompts;
-  // [prompts.size() * n]: requests[i] is choice i, of prompt i / n; ids "<id>-<i>"; with a seed,
-  // choice j of a prompt uses seed + j (vLLM's parallel-sampling rule).
+  // [prompts.size() * best_of]: requests[i] is sequence i, of prompt i / best_of; ids "<id>-<i>";
+  // with a seed, sequence j of a prompt uses seed + j (vLLM's parallel-sampling rule). The
+  // sequences of one prompt form a parallel group: its prompt is computed once.
   std::vector<EngineRequest> requests;
 };
 
@@ -99,13 +105,22 @@ struct ChoiceResult {
   std::string text;                    // generated text (no echo)
   std::string finish_reason;           // "stop" | "length" | "abort"
   std::optional<std::string> stop_reason;
+  int32_t num_cached_tokens = 0;       // prompt tokens reused (prefix cache or parallel group)
+  double cumulative_logprob = 0;       // when best_of > n
 };
 
 struct Usage {
   int64_t prompt_tokens = 0;      // each prompt counted once, whatever n
-  int64_t completion_tokens = 0;  // all choices
+  int64_t completion_tokens = 0;  // all choices (and discarded best_of sequences)
+  int64_t cached_tokens = 0;      // usage.prompt_tokens_details.cached_tokens
 };
 Usage plan_usage(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices);
+// {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}
+nlohmann::json usage_json(const Usage& usage);
+// Sets plan.cached_tokens, and with best_of > n keeps per prompt the n sequences with the highest
+// cumulative logprob (ties: lower index), counting the others in discarded_completion_tokens.
+// `all` holds prompts.size() * best_of results in plan order.
+std::vector<ChoiceResult> select_best_of(GenerationPlan& plan, std::vector<ChoiceResult> all);
 
 // Non-streamed bodies: object "text_completion" / "chat.completion". choices[i] is choice i.
 nlohmann::json completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,

@@ -125,10 +125,7 @@ nlohmann::json chat_response(const GenerationPlan& plan, const std::vector<Choic
           {"created", plan.created},
           {"model", plan.model},
           {"choices", std::move(out)},
-          {"usage",
-           {{"prompt_tokens", u.prompt_tokens},
-            {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens}}}};
+          {"usage", usage_json(u)}};
 }
 
 nlohmann::json chat_chunk(const GenerationPlan& plan, int32_t index, nlohmann::json delta, nlohmann::json logprobs,

@@ -122,6 +122,10 @@ CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool c
   }
   p.priority = static_cast<int32_t>(f.integer("priority", std::numeric_limits<int32_t>::min(), kMaxInt32).value_or(0));
   (void)f.string("user");  // accepted and ignored, as the OpenAI API allows
+  if (auto salt = f.string("cache_salt")) {
+    if (salt->empty()) throw bad_request("'cache_salt' must be a non-empty string", "cache_salt");
+    p.cache_salt = *salt;
+  }
   return p;
 }
 
@@ -182,16 +186,18 @@ void fan_out(GenerationPlan* plan, const CommonParams& p, const ModelInfo& model
   plan->stream = p.stream;
   plan->include_usage = p.include_usage;
   plan->n = p.n;
-  const size_t total = plan->prompts.size() * static_cast<size_t>(p.n);
+  plan->best_of = p.best_of > 0 ? p.best_of : p.n;
+  const size_t total = plan->prompts.size() * static_cast<size_t>(plan->best_of);
   if (total > static_cast<size_t>(kMaxSequencesPerRequest)) {
     throw bad_request("prompts x n = " + std::to_string(total) + " sequences; at most " +
                           std::to_string(kMaxSequencesPerRequest) + " per request",
                       "n");
   }
   plan->requests.clear();
-  for (const PromptPlan& prompt : plan->prompts) {
+  for (size_t pi = 0; pi < plan->prompts.size(); ++pi) {
+    const PromptPlan& prompt = plan->prompts[pi];
     const int32_t max_tokens = checked_max_tokens(prompt.token_ids.size(), p, model, default_max_tokens, prompt_param);
-    for (int32_t j = 0; j < p.n; ++j) {
+    for (int32_t j = 0; j < plan->best_of; ++j) {
       EngineRequest r;
       r.request_id = plan->id + "-" + std::to_string(plan->requests.size());
       r.prompt_token_ids = prompt.token_ids;
@@ -203,6 +209,12 @@ void fan_out(GenerationPlan* plan, const CommonParams& p, const ModelInfo& model
       r.stop_token_ids = p.stop_token_ids;
       r.ignore_eos = p.ignore_eos;
       r.priority = p.priority;
+      r.cache_salt = p.cache_salt;
+      if (plan->best_of > 1) {  // the prompt is computed once and its blocks shared
+        r.parallel_group = plan->id + "-p" + std::to_string(pi);
+        r.parallel_group_size = plan->best_of;
+      }
+      r.need_cumulative_logprob = plan->best_of > plan->n;
       plan->requests.push_back(std::move(r));
     }
   }
@@ -217,7 +229,47 @@ Usage plan_usage(const GenerationPlan& plan, const std::vector<ChoiceResult>& ch
   Usage u;
   for (const PromptPlan& p : plan.prompts) u.prompt_tokens += static_cast<int64_t>(p.token_ids.size());
   for (const ChoiceResult& c : choices) u.completion_tokens += static_cast<int64_t>(c.token_ids.size());
+  u.completion_tokens += plan.discarded_completion_tokens;
+  u.cached_tokens = plan.cached_tokens;
   return u;
+}
+
+nlohmann::json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+std::vector<ChoiceResult> select_best_of(GenerationPlan& plan, std::vector<ChoiceResult> all) {
+  const auto per_prompt = static_cast<size_t>(plan.best_of);
+  // Prompt tokens served from the prefix cache: the least any sequence of the prompt reused
+  // (the one that computed it; the others share its blocks).
+  plan.cached_tokens = 0;
+  for (size_t p = 0; p * per_prompt < all.size(); ++p) {
+    int32_t least = all[p * per_prompt].num_cached_tokens;
+    for (size_t j = 1; j < per_prompt && p * per_prompt + j < all.size(); ++j) {
+      least = std::min(least, all[p * per_prompt + j].num_cached_tokens);
+    }
+    plan.cached_tokens += least;
+  }
+  if (plan.best_of <= plan.n) return all;
+  std::vector<ChoiceResult> kept;
+  for (size_t p = 0; p * per_prompt < all.size(); ++p) {
+    std::vector<size_t> order(per_prompt);
+    for (size_t j = 0; j < per_prompt; ++j) order[j] = p * per_prompt + j;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return all[a].cumulative_logprob > all[b].cumulative_logprob;
+    });
+    for (size_t j = 0; j < per_prompt; ++j) {
+      if (j < static_cast<size_t>(plan.n)) {
+        kept.push_back(std::move(all[order[j]]));
+      } else {
+        plan.discarded_completion_tokens += static_cast<int64_t>(all[order[j]].token_ids.size());
+      }
+    }
+  }
+  return kept;
 }
 
 std::string error_body(const ApiError& e) {

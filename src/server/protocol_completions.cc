@@ -56,10 +56,15 @@ GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelI
                                         int64_t created) {
   const Fields f(body);
   if (f.get("suffix")) throw bad_request("'suffix' is not supported", "suffix");
-  if (auto best_of = f.integer("best_of", 1, kMaxN); best_of && *best_of > 1) {
-    throw bad_request("'best_of' > 1 is not supported", "best_of");
+  CommonParams p = parse_common_params(f, model, /*chat=*/false);
+  if (auto best_of = f.integer("best_of", 1, kMaxN)) {
+    if (*best_of < p.n) {
+      throw bad_request("'best_of' (" + std::to_string(*best_of) + ") must be >= n (" + std::to_string(p.n) + ")",
+                        "best_of");
+    }
+    if (*best_of > p.n && p.stream) throw bad_request("'best_of' > n cannot be streamed", "best_of");
+    p.best_of = static_cast<int32_t>(*best_of);
   }
-  const CommonParams p = parse_common_params(f, model, /*chat=*/false);
   GenerationPlan plan;
   plan.endpoint = Endpoint::kCompletions;
   plan.id = id;
@@ -127,10 +132,7 @@ nlohmann::json completion_response(const GenerationPlan& plan, const std::vector
           {"created", plan.created},
           {"model", plan.model},
           {"choices", std::move(out)},
-          {"usage",
-           {{"prompt_tokens", u.prompt_tokens},
-            {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens}}}};
+          {"usage", usage_json(u)}};
 }
 
 nlohmann::json completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
@@ -156,10 +158,7 @@ nlohmann::json usage_chunk(const GenerationPlan& plan, const Usage& u) {
           {"created", plan.created},
           {"model", plan.model},
           {"choices", nlohmann::json::array()},
-          {"usage",
-           {{"prompt_tokens", u.prompt_tokens},
-            {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens}}}};
+          {"usage", usage_json(u)}};
 }
 
 }  // namespace pagellm::server

@@ -23,6 +23,8 @@ struct CommonParams {
   bool stream = false;
   bool include_usage = false;
   int32_t priority = 0;
+  std::string cache_salt;             // prefix-cache namespace ("" = shared)
+  int32_t best_of = 0;                // completions: sequences per prompt (>= n); 0 = n
 };
 
 // Reads model, sampling fields, n, stop, stop_token_ids, ignore_eos, stream, stream_options,

@@ -64,6 +64,7 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
   cfg.num_threads = o.threads;
   cfg.kv_dtype = o.kv_dtype;
   cfg.max_num_batched_tokens = o.max_num_batched_tokens;
+  cfg.enable_prefix_caching = o.enable_prefix_caching;
   if (!o.kv_cache_memory.empty()) {
     const KvCacheMemory m = parse_kv_cache_memory(o.kv_cache_memory);
     cfg.kv_cache_bytes = m.bytes > 0 ? m.bytes : bytes_for_blocks(o.model_path, m.blocks, cfg.block_size, cfg.kv_dtype);
@@ -77,6 +78,7 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
                 o.kv_dtype == GgmlType::F16 ? "f16" : "f32",
                 static_cast<long long>(llm->model().config().max_position_embeddings));
   log(line);
+  log(o.enable_prefix_caching ? "prefix caching: on" : "prefix caching: off");
   return llm;
 }
 

@@ -25,6 +25,7 @@ struct ServeOptions {
   std::string served_model_name;         // "" : the model file name without ".gguf"
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_seconds = 30;
+  bool enable_prefix_caching = true;     // --no-prefix-caching turns it off
 };
 
 // A --kv-cache-memory value: exactly one of the two is > 0.

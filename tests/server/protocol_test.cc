@@ -79,7 +79,10 @@ const BadCase kBadCompletions[] = {
     {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})", "include_usage"},
     {R"({"prompt": "x", "user": 5})", "user"},
     {R"({"prompt": "x", "suffix": "y"})", "suffix"},
-    {R"({"prompt": "x", "best_of": 3})", "best_of"},
+    {R"({"prompt": "x", "n": 3, "best_of": 2})", "best_of"},
+    {R"({"prompt": "x", "best_of": 3, "stream": true})", "best_of"},
+    {R"({"prompt": "x", "cache_salt": ""})", "cache_salt"},
+    {R"({"prompt": "x", "cache_salt": 5})", "cache_salt"},
     {R"({"max_tokens": 5})", "prompt"},
     {R"({"prompt": 5})", "prompt"},
     {R"({"prompt": []})", "prompt"},
@@ -270,7 +273,47 @@ TEST_F(ProtocolTest, CompletionResponseShape) {
   EXPECT_EQ(lp["text_offset"][0], 0);
   for (int i = 1; i < 7; ++i) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);  // BOS piece is ""
   EXPECT_EQ(lp["text_offset"][6].get<size_t>() - lp["text_offset"][5].get<size_t>(), 1u);  // "e"
-  EXPECT_EQ(j["usage"], (nlohmann::json{{"prompt_tokens", 5}, {"completion_tokens", 4}, {"total_tokens", 9}}));
+  EXPECT_EQ(j["usage"], (nlohmann::json{{"prompt_tokens", 5},
+                                         {"completion_tokens", 4},
+                                         {"total_tokens", 9},
+                                         {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
+}
+
+TEST_F(ProtocolTest, BestOfFansOutOneParallelGroupPerPromptAndKeepsTheMostLikely) {
+  GenerationPlan plan = completion(R"({"prompt": ["a", "b"], "n": 2, "best_of": 3, "seed": 10, "cache_salt": "t1"})");
+  ASSERT_EQ(plan.requests.size(), 6u);
+  EXPECT_EQ(plan.best_of, 3);
+  for (size_t i = 0; i < 6; ++i) {
+    const EngineRequest& r = plan.requests[i];
+    EXPECT_EQ(r.parallel_group, plan.id + "-p" + std::to_string(i / 3));
+    EXPECT_EQ(r.parallel_group_size, 3);
+    EXPECT_TRUE(r.need_cumulative_logprob);
+    EXPECT_EQ(r.cache_salt, "t1");
+    EXPECT_EQ(*r.sampling.seed, 10u + i % 3);
+  }
+  std::vector<ChoiceResult> all(6);
+  const double lp[6] = {-3.0, -1.0, -2.0, -0.5, -0.7, -9.0};
+  for (size_t i = 0; i < 6; ++i) {
+    all[i].cumulative_logprob = lp[i];
+    all[i].token_ids.assign(i + 1, 7);
+    all[i].text = std::to_string(i);
+    all[i].num_cached_tokens = static_cast<int32_t>(10 * i);
+  }
+  const std::vector<ChoiceResult> kept = select_best_of(plan, all);
+  ASSERT_EQ(kept.size(), 4u);
+  EXPECT_EQ(kept[0].text, "1");
+  EXPECT_EQ(kept[1].text, "2");
+  EXPECT_EQ(kept[2].text, "3");
+  EXPECT_EQ(kept[3].text, "4");
+  EXPECT_EQ(plan.discarded_completion_tokens, 1 + 6);  // sequences 0 and 5
+  EXPECT_EQ(plan.cached_tokens, 0 + 30);               // least per prompt
+  const Usage u = plan_usage(plan, kept);
+  EXPECT_EQ(u.completion_tokens, 2 + 3 + 4 + 5 + 1 + 6);
+  // n alone: one group per prompt too, no cumulative logprobs needed.
+  GenerationPlan n2 = completion(R"({"prompt": "a", "n": 2})");
+  ASSERT_EQ(n2.requests.size(), 2u);
+  EXPECT_EQ(n2.requests[1].parallel_group_size, 2);
+  EXPECT_FALSE(n2.requests[1].need_cumulative_logprob);
 }
 
 TEST_F(ProtocolTest, ChatResponseAndChunkShapes) {
