@@ -1,5 +1,6 @@
 #include "server/serve.h"
 
+#include <algorithm>
 #include <pthread.h>
 #include <sys/resource.h>
 
@@ -49,6 +50,10 @@ void raise_fd_limit() {
   }
 }
 
+// Default KV pool when --kv-cache-memory is not given: 16 full contexts, capped at 1 GiB.
+constexpr int64_t kDefaultContexts = 16;
+constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;
+
 // Bytes for `blocks` KV blocks of the model at `path`.
 int64_t bytes_for_blocks(const std::string& path, int64_t blocks, int32_t block_size, GgmlType dtype) {
   const std::unique_ptr<GgufFile> f = GgufFile::open(path);
@@ -68,6 +73,12 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
   if (!o.kv_cache_memory.empty()) {
     const KvCacheMemory m = parse_kv_cache_memory(o.kv_cache_memory);
     cfg.kv_cache_bytes = m.bytes > 0 ? m.bytes : bytes_for_blocks(o.model_path, m.blocks, cfg.block_size, cfg.kv_dtype);
+  } else {
+    // Default pool: room for kDefaultContexts full contexts, at most kDefaultKvBytes.
+    const std::unique_ptr<GgufFile> f = GgufFile::open(o.model_path);
+    const int64_t ctx = LlamaConfig::from_gguf(*f).max_position_embeddings;
+    const int64_t blocks = kDefaultContexts * ((ctx + cfg.block_size - 1) / cfg.block_size);
+    cfg.kv_cache_bytes = std::min(kDefaultKvBytes, bytes_for_blocks(o.model_path, blocks, cfg.block_size, cfg.kv_dtype));
   }
   auto llm = std::make_unique<LLM>(cfg);
   const KvCache& kv = llm->kv_cache();

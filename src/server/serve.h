@@ -18,7 +18,7 @@ struct ServeOptions {
   int io_threads = 2;                    // HTTP I/O threads
   int32_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 512;
-  std::string kv_cache_memory;           // "" (one full context) or parse_kv_cache_memory's forms
+  std::string kv_cache_memory;           // "" (16 full contexts, at most 1 GiB) or parse_kv_cache_memory's forms
   GgmlType kv_dtype = GgmlType::F32;
   int32_t max_waiting = 1024;
   std::string api_key;                   // "" : no authentication
