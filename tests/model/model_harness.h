@@ -30,23 +30,18 @@ class ModelHarness {
   // One forward pass for all `work`. Returns, per work item, its logit rows ([n][vocab] flattened).
   std::vector<std::vector<float>> step(const std::vector<Work>& work) {
     std::vector<ScheduledSeq> seqs;
-    std::vector<std::vector<int64_t>> wanted;  // token indices per work item
     for (const Work& w : work) {
       std::vector<int32_t>& all = tokens_[w.id];
-      const int64_t start = static_cast<int64_t>(all.size());
       all.insert(all.end(), w.tokens.begin(), w.tokens.end());
       if (!manager_.allocate_slots(w.id, static_cast<int64_t>(all.size()))) throw Error("harness: KV full");
     }
-    ForwardBatch fb;
-    fb.query_start_loc.push_back(0);
-    std::vector<size_t> first_logit(work.size());
     for (const Work& w : work) {
       const std::vector<int32_t>& all = tokens_[w.id];
       const int64_t start = static_cast<int64_t>(all.size() - w.tokens.size());
       seqs.push_back(ScheduledSeq{&manager_.block_table(w.id),
                                   std::span<const int32_t>(all).subspan(start, w.tokens.size()), start, true});
     }
-    fb = build_forward_batch(seqs, manager_.block_size());
+    ForwardBatch fb = build_forward_batch(seqs, manager_.block_size());
     // Replace the logits indices: all tokens of items that want them.
     fb.logits_indices.clear();
     std::vector<int64_t> counts;
