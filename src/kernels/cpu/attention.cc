@@ -137,7 +137,10 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
       attend<kSimd>(kv, p, scale, scores);
     }
   };
-  if (pool == nullptr || pool->num_threads() == 1 || num_pairs < 2) {
+  // Small batches run on the calling thread (same results; see matmul.cc).
+  int64_t macs = 0;
+  for (int64_t t = 0; t < num_tokens; ++t) macs += (b.positions[t] + 1) * num_heads * hd * 2;
+  if (pool == nullptr || pool->num_threads() == 1 || num_pairs < 2 || macs < (int64_t{1} << 18)) {
     work(0, 1);
   } else {
     pool->run(work);

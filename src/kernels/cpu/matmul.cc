@@ -70,6 +70,9 @@ void tile(GgmlType type, bool simd, const void* wr, const void* xa, int64_t x_st
 
 }  // namespace
 
+// Below this many multiply-adds a matmul is not split across threads.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
+
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool) {
   const GgmlType type = w.type;
   PAGELLM_CHECK(type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || is_quantized(type),
@@ -132,7 +135,11 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
       }
     }
   };
-  if (pool == nullptr || pool->num_threads() == 1 || rows < 2) {
+  // Small products run on the calling thread: waking the pool costs more than the work (and
+  // much more on an oversubscribed machine). The result is the same either way: each (token, row)
+  // dot product is computed identically whoever runs it.
+  const bool small = rows * cols * num_tokens < kMinParallelMacs;
+  if (pool == nullptr || pool->num_threads() == 1 || rows < 2 || small) {
     run_rows(0, rows);
   } else {
     pool->parallel_for(rows, run_rows);
