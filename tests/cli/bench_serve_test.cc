@@ -396,8 +396,10 @@ class FakeServer {
         write_chunk(s, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":" +
                            std::to_string(n) + details + "}}\n\n");
       }
-      write_chunk(s, "data: [DONE]\n\n");
+      // Leave the in-flight count before the client can see the end of the stream: it may open
+      // its next request as soon as it reads [DONE].
       --in_flight_;
+      write_chunk(s, "data: [DONE]\n\n");
       write_chunk(s, "");  // last chunk "0\r\n\r\n"
     } catch (const std::exception&) {
     }
