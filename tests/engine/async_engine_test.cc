@@ -91,14 +91,14 @@ TEST(AsyncEngine, QueueFullThenDrain) {
   for (int i = 0; i < 10; ++i) {
     cs.push_back(std::make_unique<Collector>());
     try {
-      engine.add_request(req("q" + std::to_string(i), 200), cs.back()->sink());
+      engine.add_request(req("q" + std::to_string(i), 450), cs.back()->sink());
     } catch (const QueueFull&) {
       ++full;
       cs.pop_back();
     }
   }
   EXPECT_GT(full, 0);
-  engine.drain(0.05);  // too short for 200 tokens each: the rest is aborted
+  engine.drain(0.05);  // too short for 450 tokens each, one at a time: the rest is aborted
   for (auto& c : cs) ASSERT_EQ(c->done.get_future().wait_for(std::chrono::seconds(1)), std::future_status::ready);
   int aborted = 0;
   for (auto& c : cs) aborted += c->finish_reason == "abort";
