@@ -44,6 +44,7 @@ int run_generate(const GenerateArgs& a) {
   opt.sampling.repetition_penalty = a.repetition_penalty;
   if (a.seed >= 0) opt.sampling.seed = static_cast<uint64_t>(a.seed);
 
+  opt.sampling.validate(llm.tokenizer().vocab_size());  // before anything is printed
   const std::vector<int32_t> prompt_ids = llm.tokenizer().encode(a.prompt, /*add_special=*/true, /*parse_special=*/false);
   if (!a.json) {
     std::fputs(a.prompt.c_str(), stdout);

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -20,7 +21,12 @@ Handler add_tokenize(CLI::App& app) {
   app.add_option("text", a->text, "Text to tokenize (use -- before text that begins with '-')")->required();
   return [a] {
     auto file = GgufFile::open(a->model.empty() ? default_model_path() : a->model);
-    auto tok = Tokenizer::from_gguf(*file);
+    std::unique_ptr<Tokenizer> tok;
+    try {
+      tok = Tokenizer::from_gguf(*file);
+    } catch (const Error& e) {
+      throw Error("model '" + file->path() + "': " + e.what());
+    }
     const std::vector<int32_t> ids = tok->encode(a->text, !a->no_bos, a->parse_special);
     std::puts(nlohmann::json(ids).dump().c_str());
     return 0;

@@ -9,6 +9,7 @@
 // (e.g. an asio strand) and return.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -76,7 +77,12 @@ class AsyncEngine {
   EngineStats stats() const;
   const LLM& llm() const { return *llm_; }
   const Tokenizer& tokenizer() const { return llm_->tokenizer(); }
-  int64_t max_model_len() const { return llm_->model().config().max_position_embeddings; }
+  // Longest prompt + generation one request may have, tokens: the model's context length, or
+  // the whole KV pool when that is smaller.
+  int64_t max_model_len() const {
+    const int64_t pool = int64_t{llm_->kv_cache().num_blocks()} * llm_->kv_cache().block_size();
+    return std::min<int64_t>(llm_->model().config().max_position_embeddings, pool);
+  }
 
  private:
   struct Impl;

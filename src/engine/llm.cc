@@ -26,7 +26,11 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
                                                                 : ThreadPool::default_num_threads());
   file_ = GgufFile::open(config_.model_path);
   model_ = std::make_unique<LlamaModel>(*file_, pool_.get());
-  tokenizer_ = Tokenizer::from_gguf(*file_);
+  try {
+    tokenizer_ = Tokenizer::from_gguf(*file_);
+  } catch (const Error& e) {
+    throw Error("model '" + config_.model_path + "': " + e.what());
+  }
   if (tokenizer_->vocab_size() != model_->config().vocab_size) {
     throw Error("model '" + config_.model_path + "': tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
                 " tokens but token_embd has " + std::to_string(model_->config().vocab_size) + " rows");

@@ -103,7 +103,9 @@ void ServerMetrics::on_output(const RequestOutput& out) {
     generation_tokens_ += out.new_token_ids.size();
     const auto it = last_token_.find(out.request_id);
     if (it == last_token_.end()) {
-      prompt_tokens_ += static_cast<uint64_t>(out.num_prompt_tokens);
+      // Once per prompt: a parallel-sampling member that forked the prompt's blocks reports all
+      // of them cached (a prefix-cache hit always leaves at least one token to compute).
+      if (out.num_cached_tokens < out.num_prompt_tokens) prompt_tokens_ += static_cast<uint64_t>(out.num_prompt_tokens);
       if (t.first_token > 0 && t.arrival > 0) ttft_.observe(t.first_token - t.arrival);
       last_token_.emplace(out.request_id, t.last_token);
     } else {

@@ -90,6 +90,14 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
                 static_cast<long long>(llm->model().config().max_position_embeddings));
   log(line);
   log(o.enable_prefix_caching ? "prefix caching: on" : "prefix caching: off");
+  if (tokens < llm->model().config().max_position_embeddings) {
+    std::snprintf(line, sizeof line,
+                  "warning: the KV cache holds %lld tokens, less than the model's context of %lld: "
+                  "requests are limited to %lld tokens (prompt + max_tokens)",
+                  static_cast<long long>(tokens), static_cast<long long>(llm->model().config().max_position_embeddings),
+                  static_cast<long long>(tokens));
+    log(line);
+  }
   return llm;
 }
 
