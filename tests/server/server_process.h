@@ -16,6 +16,8 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <mutex>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -169,7 +171,10 @@ class ServerProcess {
     read_port();
     reader_ = std::thread([this] {
       char buf[4096];
-      while (read(err_fd_, buf, sizeof buf) > 0) {
+      for (ssize_t n; (n = read(err_fd_, buf, sizeof buf)) > 0;) {
+        std::lock_guard<std::mutex> lock(tail_mu_);
+        tail_.append(buf, static_cast<size_t>(n));
+        if (tail_.size() > 16384) tail_.erase(0, tail_.size() - 16384);
       }
     });
   }
@@ -203,7 +208,14 @@ class ServerProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code != 0) {  // say why: the signal, and the server's last words (sanitizer reports included)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard<std::mutex> lock(tail_mu_);
+      std::fprintf(stderr, "pagellm serve exited with status %d (signal %d); its stderr ends with:\n%s\n", code,
+                   WIFSIGNALED(status) ? WTERMSIG(status) : 0, tail_.c_str());
+    }
+    return code;
   }
 
  private:
@@ -230,6 +242,8 @@ class ServerProcess {
   int err_fd_ = -1;
   int port_ = 0;
   std::string log_;
+  std::mutex tail_mu_;
+  std::string tail_;  // last 16 KiB of the server's stderr after start-up
   std::thread reader_;
 };
 
