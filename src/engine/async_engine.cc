@@ -35,12 +35,17 @@ struct AsyncEngine::Impl {
   void deliver(const RequestOutput& out) {
     auto it = sinks.find(out.request_id);
     if (it == sinks.end()) return;
-    Sink sink = it->second;
-    if (out.finished) {
-      sinks.erase(it);
-      finished_one();
+    if (!out.finished) {
+      it->second(out);
+      return;
     }
+    Sink sink = std::move(it->second);
+    sinks.erase(it);
     sink(out);
+    // Release what the sink holds (the server's per-request objects) before the request counts
+    // as done: drain() returns at zero, and the server is torn down right after.
+    sink = nullptr;
+    finished_one();
   }
 
   void finished_one() {
@@ -60,8 +65,9 @@ struct AsyncEngine::Impl {
         out.finished = true;
         out.finish_reason = "abort";
         out.stop_reason = e.what();
-        finished_one();
         c.sink(out);
+        c.sink = nullptr;
+        finished_one();
       }
     } else if (auto out = core.abort_request(c.id)) {
       deliver(*out);
