@@ -2,7 +2,7 @@
 // chunk) on a 5632 x 2048 weight (TinyLlama's ffn_up: rows = intermediate_size, cols =
 // hidden_size), per weight dtype. Bytes/s counts weight bytes streamed per call, the decode
 // roofline quantity. Args: {dtype id, num_tokens, num_threads, avx512}; avx512 = 0 forces the
-// AVX2 kernels (A/B of matmul_avx512.cc in one process:
+// AVX2 kernels, 2 runs the AVX-512 kernels on repacked rows (repack_weight) (A/B of matmul_avx512.cc in one process:
 // --benchmark_enable_random_interleaving=true --benchmark_repetitions=5).
 #include <benchmark/benchmark.h>
 
@@ -52,8 +52,13 @@ void BM_Matmul(benchmark::State& state) {
   const int64_t num_tokens = state.range(1);
   const int num_threads = static_cast<int>(state.range(2));
   set_avx512_enabled(state.range(3) != 0);
-  const std::vector<uint8_t> w = make_weight(type);
-  const WeightView view{type, kRows, kCols, w.data()};
+  std::vector<uint8_t> w = make_weight(type);
+  WeightView view{type, kRows, kCols, w.data()};
+  std::vector<uint8_t> packed;
+  if (state.range(3) == 2) {  // repacked rows (WeightLayout::kRepackedX8), as LlamaModel loads them
+    packed.resize(w.size());
+    view = repack_weight(view, packed.data(), nullptr);
+  }
   std::vector<float> x(num_tokens * kCols, 0.5f), y(num_tokens * kRows);
   std::unique_ptr<ThreadPool> pool = num_threads > 1 ? std::make_unique<ThreadPool>(num_threads) : nullptr;
   for (auto _ : state) {
@@ -66,7 +71,7 @@ void BM_Matmul(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRows * kCols * num_tokens * state.iterations(),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(type_name(type) + " M=" + std::to_string(num_tokens) + " threads=" + std::to_string(num_threads) +
-                 (state.range(3) ? "" : " avx2-only"));
+                 (state.range(3) == 0 ? " avx2-only" : state.range(3) == 2 ? " repacked" : ""));
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
@@ -75,6 +80,9 @@ void matmul_args(benchmark::internal::Benchmark* b) {
       for (int64_t threads : {1, 2}) {
         b->Args({static_cast<int64_t>(t), m, threads, 1});
         if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0});
+        if (cpu_has_avx512_vnni() && (t == GgmlType::Q8_0 || t == GgmlType::Q4_0)) {
+          b->Args({static_cast<int64_t>(t), m, threads, 2});
+        }
       }
     }
   }

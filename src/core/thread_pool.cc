@@ -2,7 +2,12 @@
 
 #include <algorithm>
 
-#include "core/error.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PAGELLM_CPU_RELAX() _mm_pause()
+#else
+#define PAGELLM_CPU_RELAX() std::this_thread::yield()
+#endif
 
 namespace pagellm {
 
@@ -11,11 +16,9 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads))
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  stop_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -25,25 +28,24 @@ int ThreadPool::default_num_threads() {
 }
 
 void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    const std::function<void(int, int)>* job = nullptr;
-    {
-      // Spin briefly before sleeping: kernels are dispatched back to back during a forward pass.
-      for (int spin = 0; spin < 20000; ++spin) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (stop_ || generation_ != seen) break;
-        }
-        std::this_thread::yield();
-      }
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
+    uint32_t g = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
+      PAGELLM_CPU_RELAX();
+      g = generation_.load(std::memory_order_acquire);
     }
-    (*job)(index, num_threads_);
+    while (g == seen) {
+      // Dekker pair with run(): either run() sees sleeping_ > 0 and notifies, or the futex
+      // wait sees the new generation and returns at once.
+      sleeping_.fetch_add(1, std::memory_order_seq_cst);
+      generation_.wait(seen, std::memory_order_seq_cst);
+      sleeping_.fetch_sub(1, std::memory_order_seq_cst);
+      g = generation_.load(std::memory_order_acquire);
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_acquire)) return;
+    (*job_)(index, num_threads_);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -53,15 +55,20 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
-  pending_.store(num_threads_ - 1, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    ++generation_;
-  }
-  cv_.notify_all();
+  job_ = &fn;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_ and pending_
+  if (sleeping_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
   fn(0, num_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // The caller's share is about as long as a worker's: poll, and give the core away only if a
+  // worker is late (an oversubscribed machine), where spinning would delay it further.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      PAGELLM_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {

@@ -191,6 +191,16 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   return f;
 }
 
+void GgufFile::drop_pages(const void* data, size_t size) const {
+  if (mapping_ == nullptr || size == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(data), hi = lo + size;
+  const auto map_lo = reinterpret_cast<uintptr_t>(mapping_);
+  if (lo < map_lo || hi > map_lo + mapping_size_) return;
+  const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 std::unique_ptr<GgufFile> GgufFile::parse(std::span<const uint8_t> bytes, const std::string& name) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = name;

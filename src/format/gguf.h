@@ -87,6 +87,10 @@ class GgufFile {
   GgufFile& operator=(const GgufFile&) = delete;
 
   const std::string& path() const { return path_; }
+  // Tells the kernel this process no longer reads [data, data + size) of the mapping: whole pages
+  // inside it leave the resident set (the page cache keeps them; a later read maps them again).
+  // For tensors copied elsewhere at load (repacked weights). No-op for parse()d buffers.
+  void drop_pages(const void* data, size_t size) const;
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return bytes_.size(); }

@@ -9,7 +9,8 @@ namespace pagellm {
 
 namespace kc = kernels;
 
-kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
+kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
+                                bool for_matmul) {
   const GgufTensorInfo& t = f.tensor(name);
   if (t.ne.size() != 2 || t.ne[0] != cols || t.ne[1] != rows) {
     std::string shape;
@@ -29,7 +30,12 @@ kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int6
                   ", which pagellm cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0)");
   }
   weight_bytes_ += static_cast<int64_t>(t.size_bytes);
-  return kc::WeightView{t.type, rows, cols, t.data};
+  const kc::WeightView view{t.type, rows, cols, t.data};
+  if (!for_matmul || !kc::repack_pays(view)) return view;
+  repacked_.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[t.size_bytes]));
+  const kc::WeightView packed = kc::repack_weight(view, repacked_.back().get(), pool_);
+  f.drop_pages(t.data, t.size_bytes);
+  return packed;
 }
 
 const float* LlamaModel::bind_norm(const GgufFile& f, const std::string& name) {
@@ -49,7 +55,7 @@ LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool) : config_(LlamaConfi
   const LlamaConfig& c = config_;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
-  token_embd_ = bind(f, "token_embd.weight", c.vocab_size, c.hidden_size);
+  token_embd_ = bind(f, "token_embd.weight", c.vocab_size, c.hidden_size, /*for_matmul=*/false);  // row lookups
   output_norm_ = bind_norm(f, "output_norm.weight");
   output_ = c.tie_word_embeddings ? token_embd_ : bind(f, "output.weight", c.vocab_size, c.hidden_size);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {

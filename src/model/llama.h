@@ -22,7 +22,10 @@ namespace pagellm {
 class LlamaModel {
  public:
   // Binds the weights of `file` (which must outlive the model). Throws pagellm::Error naming the
-  // tensor for a missing tensor, a wrong shape or an unsupported dtype.
+  // tensor for a missing tensor, a wrong shape or an unsupported dtype. Q8_0/Q4_0 matmul weights
+  // are repacked into model-owned memory when kernels::repack_pays (AVX-512 VNNI CPUs; same
+  // bytes, bit-identical results) and their pages of the mapping are dropped, so the resident
+  // size stays about the file's.
   LlamaModel(const GgufFile& file, ThreadPool* pool);
 
   const LlamaConfig& config() const { return config_; }
@@ -45,7 +48,9 @@ class LlamaModel {
     const float* ffn_norm;   // [hidden]
     kernels::WeightView w_gate, w_up, w_down;
   };
-  kernels::WeightView bind(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols);
+  // for_matmul: the tensor is read only by kernels::matmul (so it may be repacked).
+  kernels::WeightView bind(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
+                           bool for_matmul = true);
   const float* bind_norm(const GgufFile& f, const std::string& name);
   void check_batch(const ForwardBatch& batch, const KvCache& kv_cache) const;
   void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache);
@@ -58,6 +63,7 @@ class LlamaModel {
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
   int64_t weight_bytes_ = 0;
+  std::vector<std::unique_ptr<uint8_t[]>> repacked_;  // storage of repacked weights
 
   // Scratch, resized per call: [num_tokens, *] f32.
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_;

@@ -101,7 +101,9 @@ void replay_dir(const std::string& rel, size_t min_files) {
     std::string detail;
     const Outcome o = replay(p, &detail);
     ASSERT_NE(o, Outcome::kOther) << detail;
-    if (starts_with(name, "bad-")) EXPECT_EQ(o, Outcome::kError) << "accepted a malformed file";
+    if (starts_with(name, "bad-")) {
+      EXPECT_EQ(o, Outcome::kError) << "accepted a malformed file";
+    }
     if (starts_with(name, "good-") || starts_with(name, "seed-")) {
       EXPECT_EQ(o, Outcome::kParsed) << "rejected a valid file: " << detail;
     }

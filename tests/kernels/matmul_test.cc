@@ -173,6 +173,53 @@ TEST(Matmul, Avx512VnniEqualsAvx2Bitwise) {
   }
 }
 
+// Repacked Q8_0/Q4_0 rows (groups of 8 blocks + a GGUF-layout tail) give the bits of the GGUF
+// rows: whole groups only, groups + an odd or even tail, every tile size, 1 and 2 threads.
+TEST(Matmul, RepackedEqualsGgufBitwise) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI: the repacked layout is never made";
+  Rng rng(78);
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    for (int64_t cols : {256, 288, 320, 544, 2048, 2080}) {
+      const int64_t rows = 29;
+      const TestWeights w = make_weights(type, rows, cols, rng);
+      ASSERT_TRUE(repack_pays(w.view()));
+      std::vector<uint8_t> packed(static_cast<size_t>(rows * w.view().row_bytes()));
+      const WeightView pv = repack_weight(w.view(), packed.data(), &pool);
+      ASSERT_EQ(pv.layout, WeightLayout::kRepackedX8);
+      ASSERT_FALSE(repack_pays(pv));
+      for (int64_t num_tokens : {1, 2, 5, 8, 9, 19}) {
+        SCOPED_TRACE(name_of(type) + " cols " + std::to_string(cols) + " tokens " + std::to_string(num_tokens));
+        std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);
+        std::vector<float> yp(num_tokens * rows), yg(num_tokens * rows), yp1(num_tokens * rows);
+        matmul(pv, x.data(), num_tokens, yp.data(), &pool);
+        matmul(pv, x.data(), num_tokens, yp1.data(), nullptr);
+        set_avx512_enabled(false);  // GGUF rows through the AVX2 kernels (ggml's arithmetic)
+        matmul(w.view(), x.data(), num_tokens, yg.data(), nullptr);
+        set_avx512_enabled(true);
+        ASSERT_EQ(std::memcmp(yp.data(), yg.data(), yg.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(yp1.data(), yg.data(), yg.size() * 4), 0);
+      }
+    }
+  }
+}
+
+// Layouts that cannot be repacked, or read, stop the program (programming errors, PAGELLM_CHECK).
+TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
+  Rng rng(79);
+  const TestWeights f16 = make_weights(GgmlType::F16, 4, 256, rng);
+  EXPECT_FALSE(repack_pays(f16.view()));
+  std::vector<uint8_t> buf(4 * 512);
+  EXPECT_DEATH(repack_weight(f16.view(), buf.data(), nullptr), "has no repacked layout");
+  const TestWeights q = make_weights(GgmlType::Q4_0, 4, 64, rng);  // 2 blocks: nothing to group
+  EXPECT_FALSE(repack_pays(q.view()));
+  WeightView packed = q.view();
+  packed.layout = WeightLayout::kRepackedX8;
+  EXPECT_DEATH(repack_weight(packed, buf.data(), nullptr), "already repacked");
+  std::vector<float> x(64, 1.0f), y(4);
+  EXPECT_DEATH(matmul_ref(packed, x.data(), 1, y.data()), "GGUF layout");
+}
+
 TEST(Matmul, ReportsSimdAvailability) {
   // Not an assertion: records in the log which path the other tests exercised.
   std::printf("cpu_has_avx2 (avx2+fma+f16c): %d\n", static_cast<int>(cpu_has_avx2()));

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <random>
+#include <tuple>
 
 #include "format/gguf.h"
+#include "kernels/cpu/cpu_features.h"
 #include "model/llama.h"
 #include "model/random_model.h"
 #include "model_harness.h"
@@ -18,12 +20,12 @@
 namespace pagellm {
 namespace {
 
-std::string make_model(GgmlType dtype) {
+std::string make_model(GgmlType dtype, const std::string& shape = "tiny-gqa") {
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("pagellm_tiny_gqa_" + type_name(dtype) + "_" + std::to_string(::getpid()) + ".gguf"))
+                            ("pagellm_" + shape + "_" + type_name(dtype) + "_" + std::to_string(::getpid()) + ".gguf"))
                                .string();
   RandomModelSpec spec;
-  spec.shape = "tiny-gqa";
+  spec.shape = shape;
   spec.dtype = dtype;
   spec.seed = 42;
   spec.vocab_path = test::testdata("vocab/ggml-vocab-llama-spm.gguf");
@@ -83,10 +85,10 @@ std::vector<std::vector<float>> run(LlamaModel& model, const std::vector<std::ve
   return out;
 }
 
-class BatchInvariance : public ::testing::TestWithParam<GgmlType> {};
+class BatchInvariance : public ::testing::TestWithParam<std::tuple<GgmlType, std::string>> {};
 
 TEST_P(BatchInvariance, AloneVsBatchedVsChunked) {
-  const std::string path = make_model(GetParam());
+  const std::string path = make_model(std::get<0>(GetParam()), std::get<1>(GetParam()));
   auto file = GgufFile::open(path);
   ThreadPool pool2(2);
   LlamaModel model(*file, &pool2);
@@ -115,9 +117,37 @@ TEST_P(BatchInvariance, AloneVsBatchedVsChunked) {
   std::filesystem::remove(path);
 }
 
+// tiny-gqa-wide: on AVX-512 VNNI CPUs its q8_0/q4_0 weights are repacked at load.
 INSTANTIATE_TEST_SUITE_P(Dtypes, BatchInvariance,
-                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0),
-                         [](const auto& info) { return type_name(info.param); });
+                         ::testing::Combine(::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0),
+                                            ::testing::Values(std::string("tiny-gqa"), std::string("tiny-gqa-wide"))),
+                         [](const auto& info) {
+                           std::string shape = std::get<1>(info.param);
+                           for (char& ch : shape) ch = ch == '-' ? '_' : ch;
+                           return type_name(std::get<0>(info.param)) + "_" + shape;
+                         });
+
+// A model whose Q8_0/Q4_0 weights were repacked at load (AVX-512 VNNI) gives the bits of the
+// same model loaded without AVX-512 (GGUF layout, AVX2 kernels: ggml's x86 arithmetic).
+TEST(Repacking, RepackedModelEqualsAvx2Model) {
+  if (!kernels::cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI: weights are never repacked";
+  for (GgmlType dtype : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    const std::string path = make_model(dtype, "tiny-gqa-wide");
+    auto file = GgufFile::open(path);
+    ThreadPool pool(2);
+    std::mt19937 rng(7);
+    std::vector<std::vector<int32_t>> prompts;
+    LlamaModel repacked(*file, &pool);
+    for (int len : {9, 40, 1}) prompts.push_back(random_tokens(rng, len, repacked.config().vocab_size));
+    const auto got = run(repacked, prompts, 16, 3, 3);
+    kernels::set_avx512_enabled(false);
+    LlamaModel plain(*file, &pool);
+    const auto want = run(plain, prompts, 16, 3, 3);
+    kernels::set_avx512_enabled(true);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_TRUE(same_bits(got[i], want[i])) << type_name(dtype) << " seq " << i;
+    std::filesystem::remove(path);
+  }
+}
 
 }  // namespace
 }  // namespace pagellm

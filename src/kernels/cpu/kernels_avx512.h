@@ -29,4 +29,21 @@ constexpr int kMaxTileTokens = 8;
 void dot_q8_0_tile(const BlockQ8_0* w, const PairQ8* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q4_0_tile(const BlockQ4_0* w, const PairQ8* x, int64_t x_stride, int64_t nb, int m, float* out);
 
+// Repacked rows (WeightLayout::kRepackedX8, made by repack.cc): the same bytes per row as GGUF,
+// regrouped so that one group of kX8Group blocks needs one scale conversion and, for Q4_0, one
+// 64-byte load per two pairs:
+//   per group:  d[8] (f16, the 8 blocks' scales in order), then the quants of pairs 0..3 in
+//               P layout: Q8_0: 4 x 64 signed bytes; Q4_0: 2 x 64 bytes, byte k of vector v =
+//               P(pair 2v)[k] | P(pair 2v + 1)[k] << 4 (unsigned nibbles).
+//   then the last nb % kX8Group blocks unchanged (GGUF blocks).
+// Same arithmetic, same lanes, same order: bit-identical to dot_*_tile on the GGUF row.
+// A tile is r rows (row i at w + i * w_stride bytes) x m tokens, out[i * m + k]; r is
+// x8_tile_rows(m) for a full tile (several rows hide the FMA latency when m is small) or 1.
+constexpr int kX8Group = 8;
+int x8_tile_rows(int m);
+void dot_q8_0_x8_tile(const void* w, int64_t w_stride, int r, const PairQ8* x, int64_t x_stride, int64_t nb, int m,
+                      float* out);
+void dot_q4_0_x8_tile(const void* w, int64_t w_stride, int r, const PairQ8* x, int64_t x_stride, int64_t nb, int m,
+                      float* out);
+
 }  // namespace pagellm::kernels::avx512

@@ -75,6 +75,9 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool) {
   const GgmlType type = w.type;
+  const bool repacked = w.layout == WeightLayout::kRepackedX8;
+  PAGELLM_CHECK(!repacked || (is_quantized(type) && cpu_has_avx512_vnni()),
+                "matmul: repacked weights need Q8_0/Q4_0 and a CPU with AVX-512 VNNI");
   PAGELLM_CHECK(type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || is_quantized(type),
                 "matmul: unsupported weight type " + type_name(type));
   PAGELLM_CHECK(w.rows >= 0 && w.cols > 0 && num_tokens >= 0, "matmul: bad shape");
@@ -88,7 +91,8 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   int64_t x_stride = cols;
   thread_local std::vector<BlockQ8_0> xq;
   thread_local std::vector<avx512::PairQ8> xp;
-  const bool vnni = simd && is_quantized(type) && use_avx512_vnni();
+  // Repacked weights exist only for the VNNI kernels (even if they were switched off since).
+  const bool vnni = repacked || (simd && is_quantized(type) && use_avx512_vnni());
   if (is_quantized(type)) {
     x_stride = cols / kQK8_0;
     xq.resize(static_cast<size_t>(num_tokens * x_stride));
@@ -123,11 +127,28 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     tile(type, simd, wr, static_cast<const uint8_t*>(xa) + t0 * x_stride * xa_elem, x_stride, cols, m, out);
   };
   auto run_rows = [&](int64_t r_begin, int64_t r_end) {
-    float out[avx512::kMaxTileTokens];
+    float out[4 * avx512::kMaxTileTokens];
     for (int64_t r0 = r_begin; r0 < r_end; r0 += block_rows) {
       const int64_t r1 = std::min(r_end, r0 + block_rows);
       for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
         const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
+        if (repacked) {  // tiles of several rows
+          const int rt = avx512::x8_tile_rows(m);
+          const avx512::PairQ8* xt = xpa + t0 * np;
+          for (int64_t r = r0; r < r1;) {
+            const int rr = r + rt <= r1 ? rt : 1;
+            const uint8_t* wr = wbase + r * row_bytes;
+            if (type == GgmlType::Q4_0) {
+              avx512::dot_q4_0_x8_tile(wr, row_bytes, rr, xt, np, nb, m, out);
+            } else {
+              avx512::dot_q8_0_x8_tile(wr, row_bytes, rr, xt, np, nb, m, out);
+            }
+            for (int i = 0; i < rr; ++i)
+              for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r + i] = out[i * m + k];
+            r += rr;
+          }
+          continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
           tile_at(r, t0, m, out);
           for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r] = out[k];

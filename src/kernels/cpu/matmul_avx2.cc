@@ -45,6 +45,15 @@ struct BF16W {
   static float scalar(const uint16_t* p) { return bf16_to_fp32(*p); }
 };
 
+// Software prefetch distance for weight rows (see matmul_avx512.cc): decode streams every weight
+// once from DRAM and the hardware prefetcher alone does not keep a thread's stream full.
+constexpr int64_t kPrefetchBytes = 8192;
+inline void prefetch(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) {
+    _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes + o, _MM_HINT_T0);
+  }
+}
+
 // Float-weight dot: 4 accumulators of 8 lanes over steps of 32, then steps of 8 into acc 0,
 // then (a0 + a1) + (a2 + a3) reduced by hsum, then a scalar FMA tail in element order.
 template <typename L, int M, typename T>
@@ -55,6 +64,7 @@ void float_tile(const T* w, const float* x, int64_t xs, int64_t n, float* out) {
     for (int a = 0; a < 4; ++a) acc[k][a] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch(w + i, 32 * static_cast<int64_t>(sizeof(T)));
     const __m256 w0 = L::load(w + i), w1 = L::load(w + i + 8), w2 = L::load(w + i + 16), w3 = L::load(w + i + 24);
 #pragma GCC unroll 4
     for (int k = 0; k < M; ++k) {
@@ -135,6 +145,7 @@ void quant_tile(const typename L::Block* w, const BlockQ8_0* x, int64_t xs, int6
   };
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
+    prefetch(w + b, 2 * static_cast<int64_t>(sizeof(typename L::Block)));
     block(b, 0);
     block(b + 1, 1);
   }

@@ -57,6 +57,7 @@ float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
 }  // namespace ref
 
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y) {
+  PAGELLM_CHECK(w.layout == WeightLayout::kGguf, "matmul_ref: weights must be in GGUF layout");
   const int64_t rows = w.rows, cols = w.cols;
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t rb = w.row_bytes();

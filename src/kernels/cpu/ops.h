@@ -17,13 +17,26 @@ namespace pagellm::kernels {
 // A weight matrix in GGUF layout: `rows` rows of `cols` elements; each row is contiguous and
 // stored in `type` (F32, F16, BF16, Q8_0 or Q4_0; quantized rows are cols/32 blocks).
 // In ggml terms: ne[0] = cols, ne[1] = rows.
+// layout kRepackedX8 (Q8_0/Q4_0 only, made by repack_weight): the same bytes per row, regrouped
+// for the AVX-512 VNNI kernels (kernels_avx512.h); only matmul reads it.
+enum class WeightLayout : uint8_t { kGguf, kRepackedX8 };
 struct WeightView {
   GgmlType type = GgmlType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
+  WeightLayout layout = WeightLayout::kGguf;
   int64_t row_bytes() const { return row_size_bytes(type, cols); }
 };
+
+// ---- weight repacking (load time) ---------------------------------------------------------
+// True when matmul is faster on repack_weight(w) on this CPU: Q8_0/Q4_0 in GGUF layout with at
+// least 8 blocks per row and the AVX-512 VNNI kernels in use. Results stay bit-identical.
+bool repack_pays(const WeightView& w);
+// Writes w's rows in WeightLayout::kRepackedX8 into out (w.rows * w.row_bytes() bytes, any
+// alignment, not overlapping w) and returns the view of out. Precondition (PAGELLM_CHECK, aborts):
+// w is Q8_0/Q4_0 in GGUF layout. pool may be nullptr.
+WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool);
 
 // ---- dequantization (block formulas of ggml-common.h) -------------------------------------
 // q4_0: x[j] = d * ((qs[j] & 0xF) - 8), x[j+16] = d * ((qs[j] >> 4) - 8), j in [0,16).

@@ -1,0 +1,75 @@
+#include "core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <numeric>
+#include <vector>
+
+namespace pagellm {
+namespace {
+
+// Every run() executes fn exactly once per thread index, back to back (spinning workers).
+TEST(ThreadPool, EveryIndexOncePerRun) {
+  for (int n : {1, 2, 3, 5}) {
+    ThreadPool pool(n);
+    std::vector<std::atomic<int>> hits(n);
+    const int runs = n <= 2 ? 20000 : 2000;  // n > cores: every run waits for time slices
+    for (int r = 0; r < runs; ++r) {
+      pool.run([&](int t, int nt) {
+        ASSERT_EQ(nt, n);
+        hits[t].fetch_add(1, std::memory_order_relaxed);
+      });
+    }
+    for (int t = 0; t < n; ++t) EXPECT_EQ(hits[t].load(), runs) << "threads=" << n << " index=" << t;
+  }
+}
+
+// Runs separated by pauses longer than the spin phase go through the futex sleep and wake-up.
+TEST(ThreadPool, WakesSleepingWorkers) {
+  ThreadPool pool(3);
+  std::atomic<int> total{0};
+  for (int r = 0; r < 30; ++r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(r % 3 == 0 ? 20 : 0));
+    pool.run([&](int, int) { total.fetch_add(1); });
+    EXPECT_EQ(total.load(), 3 * (r + 1));  // run() returned only after all three
+  }
+}
+
+// run() returns only when the workers' writes are done and visible to the caller.
+TEST(ThreadPool, ResultsVisibleAfterRun) {
+  ThreadPool pool(2);
+  std::vector<int64_t> out(1 << 16);
+  for (int r = 1; r <= 200; ++r) {
+    pool.parallel_for(static_cast<int64_t>(out.size()), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = i * r;
+    });
+    int64_t expect = 0;
+    for (size_t i = 0; i < out.size(); ++i) expect += static_cast<int64_t>(i) * r;
+    ASSERT_EQ(std::accumulate(out.begin(), out.end(), int64_t{0}), expect);
+  }
+}
+
+TEST(ThreadPool, ParallelForCoversRangeOnce) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 3, 7, 1000}) {
+    std::vector<int> seen(n, 0);
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ++seen[i];
+    });
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << n << " " << i;
+  }
+  pool.parallel_for(0, [&](int64_t, int64_t) { ADD_FAILURE() << "empty range called"; });
+}
+
+// Destroying a pool whose workers sleep (or never ran a job) returns.
+TEST(ThreadPool, DestroyIdleAndSleeping) {
+  { ThreadPool never_used(4); }
+  ThreadPool pool(2);
+  pool.run([](int, int) {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+}
+
+}  // namespace
+}  // namespace pagellm
