@@ -55,7 +55,7 @@ void BM_Matmul(benchmark::State& state) {
   std::vector<uint8_t> w = make_weight(type);
   WeightView view{type, kRows, kCols, w.data()};
   std::vector<uint8_t> packed;
-  if (state.range(3) == 2) {  // repacked rows (WeightLayout::kRepackedX8), as LlamaModel loads them
+  if (state.range(3) == 2) {  // repacked rows (WeightLayout::kRepacked16), as LlamaModel loads them
     packed.resize(w.size());
     view = repack_weight(view, packed.data(), nullptr);
   }

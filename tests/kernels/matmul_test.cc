@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/kernels_impl.h"
 #include "kernels_test_util.h"
 
 namespace pagellm::kernels {
@@ -173,32 +174,47 @@ TEST(Matmul, Avx512VnniEqualsAvx2Bitwise) {
   }
 }
 
-// Repacked Q8_0/Q4_0 rows (groups of 8 blocks + a GGUF-layout tail) give the bits of the GGUF
-// rows: whole groups only, groups + an odd or even tail, every tile size, 1 and 2 threads.
-TEST(Matmul, RepackedEqualsGgufBitwise) {
+// Repacked Q8_0/Q4_0 weights (16-row tiles + GGUF-layout tail rows) give exactly the scalar
+// block-sum reference (ref::dot_*_blocksum on the activations quantized as matmul does), for
+// every tile size, 1 and 2 threads; and stay close to the GGUF-layout kernels.
+TEST(Matmul, RepackedEqualsBlockSumReference) {
   if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI: the repacked layout is never made";
   Rng rng(78);
   ThreadPool pool(2);
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
-    for (int64_t cols : {256, 288, 320, 544, 2048, 2080}) {
-      const int64_t rows = 29;
-      const TestWeights w = make_weights(type, rows, cols, rng);
-      ASSERT_TRUE(repack_pays(w.view()));
-      std::vector<uint8_t> packed(static_cast<size_t>(rows * w.view().row_bytes()));
-      const WeightView pv = repack_weight(w.view(), packed.data(), &pool);
-      ASSERT_EQ(pv.layout, WeightLayout::kRepackedX8);
-      ASSERT_FALSE(repack_pays(pv));
-      for (int64_t num_tokens : {1, 2, 5, 8, 9, 19}) {
-        SCOPED_TRACE(name_of(type) + " cols " + std::to_string(cols) + " tokens " + std::to_string(num_tokens));
-        std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);
-        std::vector<float> yp(num_tokens * rows), yg(num_tokens * rows), yp1(num_tokens * rows);
-        matmul(pv, x.data(), num_tokens, yp.data(), &pool);
-        matmul(pv, x.data(), num_tokens, yp1.data(), nullptr);
-        set_avx512_enabled(false);  // GGUF rows through the AVX2 kernels (ggml's arithmetic)
-        matmul(w.view(), x.data(), num_tokens, yg.data(), nullptr);
-        set_avx512_enabled(true);
-        ASSERT_EQ(std::memcmp(yp.data(), yg.data(), yg.size() * 4), 0);
-        ASSERT_EQ(std::memcmp(yp1.data(), yg.data(), yg.size() * 4), 0);
+    for (int64_t rows : {16, 37, 64}) {
+      for (int64_t cols : {256, 288, 2080}) {
+        const TestWeights w = make_weights(type, rows, cols, rng);
+        ASSERT_TRUE(repack_pays(w.view()));
+        std::vector<uint8_t> packed(static_cast<size_t>(rows * w.view().row_bytes()));
+        const WeightView pv = repack_weight(w.view(), packed.data(), &pool);
+        ASSERT_EQ(pv.layout, WeightLayout::kRepacked16);
+        ASSERT_FALSE(repack_pays(pv));
+        const int64_t nb = cols / 32;
+        for (int64_t num_tokens : {1, 2, 5, 8, 9, 19}) {
+          SCOPED_TRACE(name_of(type) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " tokens " +
+                       std::to_string(num_tokens));
+          std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);
+          std::vector<BlockQ8_0> xq(num_tokens * nb);
+          for (int64_t t = 0; t < num_tokens; ++t) quantize_row_q8_0_activations(&x[t * cols], cols, &xq[t * nb]);
+          std::vector<float> want(num_tokens * rows), y2(num_tokens * rows), y1(num_tokens * rows), yg(num_tokens * rows);
+          const auto* raw = static_cast<const uint8_t*>(w.view().data);
+          for (int64_t t = 0; t < num_tokens; ++t) {
+            for (int64_t r = 0; r < rows; ++r) {
+              const uint8_t* row = raw + r * w.view().row_bytes();
+              want[t * rows + r] =
+                  type == GgmlType::Q4_0
+                      ? ref::dot_q4_0_q8_0_blocksum(reinterpret_cast<const BlockQ4_0*>(row), &xq[t * nb], nb)
+                      : ref::dot_q8_0_q8_0_blocksum(reinterpret_cast<const BlockQ8_0*>(row), &xq[t * nb], nb);
+            }
+          }
+          matmul(pv, x.data(), num_tokens, y2.data(), &pool);
+          matmul(pv, x.data(), num_tokens, y1.data(), nullptr);
+          ASSERT_EQ(std::memcmp(y2.data(), want.data(), want.size() * 4), 0);
+          ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
+          matmul(w.view(), x.data(), num_tokens, yg.data(), nullptr);  // lane-wise arithmetic
+          for (size_t i = 0; i < yg.size(); ++i) ASSERT_NEAR(y1[i], yg[i], 1e-4f * (1.0f + std::fabs(yg[i]))) << i;
+        }
       }
     }
   }
@@ -211,10 +227,17 @@ TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
   EXPECT_FALSE(repack_pays(f16.view()));
   std::vector<uint8_t> buf(4 * 512);
   EXPECT_DEATH(repack_weight(f16.view(), buf.data(), nullptr), "has no repacked layout");
-  const TestWeights q = make_weights(GgmlType::Q4_0, 4, 64, rng);  // 2 blocks: nothing to group
+  const TestWeights q = make_weights(GgmlType::Q4_0, 4, 64, rng);  // under 16 rows, 256 columns
   EXPECT_FALSE(repack_pays(q.view()));
+  EXPECT_FALSE(repack_pays(make_weights(GgmlType::Q4_0, 32, 224, rng).view()));
+  if (cpu_has_avx512_vnni()) {
+    EXPECT_TRUE(repack_pays(make_weights(GgmlType::Q8_0, 16, 256, rng).view()));
+    set_repack_enabled(false);
+    EXPECT_FALSE(repack_pays(make_weights(GgmlType::Q8_0, 16, 256, rng).view()));
+    set_repack_enabled(true);
+  }
   WeightView packed = q.view();
-  packed.layout = WeightLayout::kRepackedX8;
+  packed.layout = WeightLayout::kRepacked16;
   EXPECT_DEATH(repack_weight(packed, buf.data(), nullptr), "already repacked");
   std::vector<float> x(64, 1.0f), y(4);
   EXPECT_DEATH(matmul_ref(packed, x.data(), 1, y.data()), "GGUF layout");

@@ -3,6 +3,7 @@
 // Model: a random-weight 2-layer GQA model (tiny-gqa) with a real SPM vocabulary.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <unistd.h>
@@ -127,9 +128,9 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, BatchInvariance,
                            return type_name(std::get<0>(info.param)) + "_" + shape;
                          });
 
-// A model whose Q8_0/Q4_0 weights were repacked at load (AVX-512 VNNI) gives the bits of the
-// same model loaded without AVX-512 (GGUF layout, AVX2 kernels: ggml's x86 arithmetic).
-TEST(Repacking, RepackedModelEqualsAvx2Model) {
+// A model whose Q8_0/Q4_0 weights were repacked at load (AVX-512 VNNI: block-sum arithmetic)
+// stays close to the same model loaded without AVX-512 (GGUF layout, ggml's arithmetic).
+TEST(Repacking, RepackedModelCloseToAvx2Model) {
   if (!kernels::cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI: weights are never repacked";
   for (GgmlType dtype : {GgmlType::Q8_0, GgmlType::Q4_0}) {
     const std::string path = make_model(dtype, "tiny-gqa-wide");
@@ -139,12 +140,23 @@ TEST(Repacking, RepackedModelEqualsAvx2Model) {
     std::vector<std::vector<int32_t>> prompts;
     LlamaModel repacked(*file, &pool);
     for (int len : {9, 40, 1}) prompts.push_back(random_tokens(rng, len, repacked.config().vocab_size));
-    const auto got = run(repacked, prompts, 16, 3, 3);
+    const auto got = run(repacked, prompts, 16, 3, 0);
     kernels::set_avx512_enabled(false);
     LlamaModel plain(*file, &pool);
-    const auto want = run(plain, prompts, 16, 3, 3);
+    const auto want = run(plain, prompts, 16, 3, 0);
     kernels::set_avx512_enabled(true);
-    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_TRUE(same_bits(got[i], want[i])) << type_name(dtype) << " seq " << i;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(got[i].size(), want[i].size());
+      EXPECT_FALSE(same_bits(got[i], want[i])) << "repacking did not happen (same bits as the AVX2 path)";
+      float max_diff = 0.0f, max_abs = 0.0f;
+      for (size_t j = 0; j < got[i].size(); ++j) {
+        max_diff = std::max(max_diff, std::fabs(got[i][j] - want[i][j]));
+        max_abs = std::max(max_abs, std::fabs(want[i][j]));
+      }
+      // One activation landing on the other side of a q8_0 rounding boundary moves later layers'
+      // logits by ~1% of their range on this random model; a layout bug moves them by ~100%.
+      EXPECT_LT(max_diff, 3e-2f * max_abs) << type_name(dtype) << " seq " << i;
+    }
     std::filesystem::remove(path);
   }
 }

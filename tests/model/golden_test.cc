@@ -139,6 +139,9 @@ TEST(GoldenQuantized, LeadingAgreementWithLlamaCpp) {
     // Measured: every token agrees for all three files, since the kernels follow ggml's
     // arithmetic (f16-rounded activations for F16 weights, q8_0 activations with x86 rounding for
     // quantized ones). A kernel change that breaks this must be explained, not tolerated.
+    // stories260K's matrices (64 columns) are never repacked (repack_pays), so on AVX-512 VNNI
+    // CPUs too this checks ggml's lane-wise arithmetic; large models' repacked block sums are
+    // checked against their own reference (matmul_test) and against this path (Repacking.*).
     // The scalar fallback (no AVX2, or PAGELLM_NO_AVX2=1) sums the quantized blocks in another
     // order than ggml's x86 kernels, so there only most tokens are required to agree.
     if (kernels::use_avx2()) {

@@ -31,6 +31,11 @@ std::atomic<bool>& avx512_enabled() {
   return enabled;
 }
 
+std::atomic<bool>& repack_enabled() {
+  static std::atomic<bool> enabled{std::getenv("PAGELLM_NO_REPACK") == nullptr};
+  return enabled;
+}
+
 std::atomic<bool>& simd_enabled() {
   static std::atomic<bool> enabled{std::getenv("PAGELLM_NO_AVX2") == nullptr};
   return enabled;
@@ -57,5 +62,9 @@ bool use_avx512_vnni() {
 }
 
 void set_avx512_enabled(bool enabled) { avx512_enabled().store(enabled, std::memory_order_relaxed); }
+
+bool use_repacking() { return use_avx512_vnni() && repack_enabled().load(std::memory_order_relaxed); }
+
+void set_repack_enabled(bool enabled) { repack_enabled().store(enabled, std::memory_order_relaxed); }
 
 }  // namespace pagellm::kernels

@@ -29,21 +29,32 @@ constexpr int kMaxTileTokens = 8;
 void dot_q8_0_tile(const BlockQ8_0* w, const PairQ8* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q4_0_tile(const BlockQ4_0* w, const PairQ8* x, int64_t x_stride, int64_t nb, int m, float* out);
 
-// Repacked rows (WeightLayout::kRepackedX8, made by repack.cc): the same bytes per row as GGUF,
-// regrouped so that one group of kX8Group blocks needs one scale conversion and, for Q4_0, one
-// 64-byte load per two pairs:
-//   per group:  d[8] (f16, the 8 blocks' scales in order), then the quants of pairs 0..3 in
-//               P layout: Q8_0: 4 x 64 signed bytes; Q4_0: 2 x 64 bytes, byte k of vector v =
-//               P(pair 2v)[k] | P(pair 2v + 1)[k] << 4 (unsigned nibbles).
-//   then the last nb % kX8Group blocks unchanged (GGUF blocks).
-// Same arithmetic, same lanes, same order: bit-identical to dot_*_tile on the GGUF row.
-// A tile is r rows (row i at w + i * w_stride bytes) x m tokens, out[i * m + k]; r is
-// x8_tile_rows(m) for a full tile (several rows hide the FMA latency when m is small) or 1.
-constexpr int kX8Group = 8;
-int x8_tile_rows(int m);
-void dot_q8_0_x8_tile(const void* w, int64_t w_stride, int r, const PairQ8* x, int64_t x_stride, int64_t nb, int m,
-                      float* out);
-void dot_q4_0_x8_tile(const void* w, int64_t w_stride, int r, const PairQ8* x, int64_t x_stride, int64_t nb, int m,
-                      float* out);
+// ---- repacked weights (WeightLayout::kRepacked16, made by repack.cc; matmul_r16_avx512.cc) ----
+// Rows in tiles of kR16Rows; tile i (rows 16i .. 16i + 15) occupies the bytes of those 16 GGUF
+// rows, block by block: for block b, a group of
+//   d[16]   f16, the block's scale in each row
+//   quants  Q4_0: 4 x 64 bytes, vector v, lane r (4 bytes) = row r's qs[4v .. 4v + 4) (low
+//           nibbles: elements 4v.., high nibbles: elements 16 + 4v..);
+//           Q8_0: 8 x 64 bytes, vector c, lane r = row r's qs[4c .. 4c + 4) + 128 (unsigned).
+// Rows past the last full tile stay in GGUF layout at their usual offsets.
+//
+// Arithmetic ("block sums", as llama.cpp's own repacked Q4_0 GEMV/GEMM): per block an exact
+// int32 sum isum = sum (w - offset) * x_q, then acc = fma(float(isum), d_w * d_x, acc), blocks
+// in order from acc = 0 (ref::dot_*_blocksum). It differs from the GGUF-layout kernels (ggml's
+// 8 float lanes per block) in the last bits; it is the same for every batch and thread count.
+constexpr int kR16Rows = 16;
+// One token's q8_0 block for these kernels: init = -offset * sum(qs) (offset 8 for Q4_0 weights,
+// 128 for Q8_0), d as float.
+struct XBlockR16 {
+  int8_t qs[32];
+  int32_t init;
+  float d;
+};
+// xq: [nb] activation blocks of one token -> out: [nb].
+void prepare_r16(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, XBlockR16* out);
+// One tile (16 rows of nb blocks) x m in [1, kMaxTileTokens] tokens; token k's blocks start at
+// x + k * x_stride. out[k * 16 + r] = row r . token k.
+void dot_q4_0_r16_tile(const void* tile, const XBlockR16* x, int64_t x_stride, int64_t nb, int m, float* out);
+void dot_q8_0_r16_tile(const void* tile, const XBlockR16* x, int64_t x_stride, int64_t nb, int m, float* out);
 
 }  // namespace pagellm::kernels::avx512

@@ -24,6 +24,10 @@ float dot_bf16(const uint16_t* w, const float* x, int64_t n);
 // (ggml_vec_dot_q8_0_q8_0 / ggml_vec_dot_q4_0_q8_0 generic).
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
 float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
+// "Block sums", the arithmetic of repacked weights (WeightLayout::kRepacked16): per block the
+// exact int32 sum, then s = fma(float(isum), d_w * d_x, s), blocks in order from s = 0.
+float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
+float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
 }  // namespace ref
 
 namespace avx2 {

@@ -13,6 +13,7 @@
 //       for each token tile [t0, t0 + m):
 //         for r in [r0, r1):  y[t0 .. t0+m, r] = tile_dot(w[r], x[t0 .. t0+m])
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -68,14 +69,58 @@ void tile(GgmlType type, bool simd, const void* wr, const void* xa, int64_t x_st
   PAGELLM_CHECK(false, "matmul: unsupported weight type " + type_name(type));
 }
 
-}  // namespace
-
 // Below this many multiply-adds a matmul is not split across threads.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
+// WeightLayout::kRepacked16: threads own contiguous ranges of 16-row tiles (the rows after the
+// last tile, in GGUF layout, go to the last thread with the scalar block-sum code); inside a
+// tile every token tile of up to 8 tokens reuses the tile's weights from cache.
+void matmul_repacked(const WeightView& w, const BlockQ8_0* xq, int64_t num_tokens, float* y, ThreadPool* pool) {
+  const bool q4 = w.type == GgmlType::Q4_0;
+  const int64_t rows = w.rows, nb = w.cols / kQK8_0, rb = w.row_bytes();
+  constexpr int64_t kT = avx512::kR16Rows;
+  thread_local std::vector<avx512::XBlockR16> xr;
+  xr.resize(static_cast<size_t>(num_tokens * nb));
+  for (int64_t t = 0; t < num_tokens; ++t) avx512::prepare_r16(w.type, xq + t * nb, nb, xr.data() + t * nb);
+  const avx512::XBlockR16* xb = xr.data();  // (workers see their own thread_local xr)
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t tiles = rows / kT, units = tiles + (rows % kT != 0 ? 1 : 0);
+  auto run_units = [&](int64_t u0, int64_t u1) {
+    float out[kT * avx512::kMaxTileTokens];
+    for (int64_t u = u0; u < u1; ++u) {
+      if (u == tiles) {  // rows in GGUF layout
+        for (int64_t r = tiles * kT; r < rows; ++r) {
+          for (int64_t t = 0; t < num_tokens; ++t) {
+            y[t * rows + r] = q4 ? ref::dot_q4_0_q8_0_blocksum(reinterpret_cast<const BlockQ4_0*>(base + r * rb), xq + t * nb, nb)
+                                 : ref::dot_q8_0_q8_0_blocksum(reinterpret_cast<const BlockQ8_0*>(base + r * rb), xq + t * nb, nb);
+          }
+        }
+        continue;
+      }
+      const uint8_t* tile = base + u * kT * rb;
+      for (int64_t t0 = 0; t0 < num_tokens; t0 += avx512::kMaxTileTokens) {
+        const int m = static_cast<int>(std::min<int64_t>(avx512::kMaxTileTokens, num_tokens - t0));
+        if (q4) {
+          avx512::dot_q4_0_r16_tile(tile, xb + t0 * nb, nb, nb, m, out);
+        } else {
+          avx512::dot_q8_0_r16_tile(tile, xb + t0 * nb, nb, nb, m, out);
+        }
+        for (int k = 0; k < m; ++k) std::memcpy(y + (t0 + k) * rows + u * kT, out + k * kT, kT * sizeof(float));
+      }
+    }
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || units < 2 || rows * w.cols * num_tokens < kMinParallelMacs) {
+    run_units(0, units);
+  } else {
+    pool->parallel_for(units, run_units);
+  }
+}
+
+}  // namespace
+
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool) {
   const GgmlType type = w.type;
-  const bool repacked = w.layout == WeightLayout::kRepackedX8;
+  const bool repacked = w.layout == WeightLayout::kRepacked16;
   PAGELLM_CHECK(!repacked || (is_quantized(type) && cpu_has_avx512_vnni()),
                 "matmul: repacked weights need Q8_0/Q4_0 and a CPU with AVX-512 VNNI");
   PAGELLM_CHECK(type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || is_quantized(type),
@@ -91,14 +136,15 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   int64_t x_stride = cols;
   thread_local std::vector<BlockQ8_0> xq;
   thread_local std::vector<avx512::PairQ8> xp;
-  // Repacked weights exist only for the VNNI kernels (even if they were switched off since).
-  const bool vnni = repacked || (simd && is_quantized(type) && use_avx512_vnni());
+  const bool vnni = simd && is_quantized(type) && use_avx512_vnni();
   if (is_quantized(type)) {
     x_stride = cols / kQK8_0;
     xq.resize(static_cast<size_t>(num_tokens * x_stride));
     for (int64_t t = 0; t < num_tokens; ++t) quantize_row_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
     xa = xq.data();
   }
+  // Repacked weights run only on the VNNI tiles (even if those were switched off since).
+  if (repacked) return matmul_repacked(w, xq.data(), num_tokens, y, pool);
   const int64_t nb = cols / kQK8_0, np = (nb + 1) / 2;
   if (vnni) {
     xp.resize(static_cast<size_t>(num_tokens * np));
@@ -127,28 +173,11 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     tile(type, simd, wr, static_cast<const uint8_t*>(xa) + t0 * x_stride * xa_elem, x_stride, cols, m, out);
   };
   auto run_rows = [&](int64_t r_begin, int64_t r_end) {
-    float out[4 * avx512::kMaxTileTokens];
+    float out[avx512::kMaxTileTokens];
     for (int64_t r0 = r_begin; r0 < r_end; r0 += block_rows) {
       const int64_t r1 = std::min(r_end, r0 + block_rows);
       for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
         const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
-        if (repacked) {  // tiles of several rows
-          const int rt = avx512::x8_tile_rows(m);
-          const avx512::PairQ8* xt = xpa + t0 * np;
-          for (int64_t r = r0; r < r1;) {
-            const int rr = r + rt <= r1 ? rt : 1;
-            const uint8_t* wr = wbase + r * row_bytes;
-            if (type == GgmlType::Q4_0) {
-              avx512::dot_q4_0_x8_tile(wr, row_bytes, rr, xt, np, nb, m, out);
-            } else {
-              avx512::dot_q8_0_x8_tile(wr, row_bytes, rr, xt, np, nb, m, out);
-            }
-            for (int i = 0; i < rr; ++i)
-              for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r + i] = out[i * m + k];
-            r += rr;
-          }
-          continue;
-        }
         for (int64_t r = r0; r < r1; ++r) {
           tile_at(r, t0, m, out);
           for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r] = out[k];

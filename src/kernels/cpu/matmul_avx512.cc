@@ -26,8 +26,6 @@
 
 #include <type_traits>
 
-#include "core/error.h"
-
 #include "kernels/cpu/kernels_avx512.h"
 
 namespace pagellm::kernels::avx512 {
@@ -117,102 +115,6 @@ void quant_tile(const typename L::Block* w, const PairQ8* x, int64_t xs, int64_t
   for (int k = 0; k < M; ++k) out[k] = reduce_pair(acc[k]);
 }
 
-// ---- repacked rows (kX8Group blocks per group; see kernels_avx512.h) ------------------------
-
-// Weight pair p in [0, 4) of a group whose quants start at qs, in P layout (unsigned nibbles
-// for Q4_0, signed bytes for Q8_0). Q4_0 groups hold pairs 0|1 and 2|3 as the low|high nibbles
-// of one 64-byte vector each.
-template <typename L>
-inline __m512i group_pair(const uint8_t* qs, int p) {
-  if constexpr (std::is_same_v<L, Q4W>) {
-    const __m512i z = _mm512_loadu_si512(qs + 64 * (p / 2));
-    const __m512i v = (p % 2 == 0) ? z : _mm512_srli_epi16(z, 4);
-    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
-  } else {
-    return _mm512_loadu_si512(qs + 64 * p);
-  }
-}
-
-template <typename L>
-constexpr int64_t group_bytes() {
-  return kX8Group * static_cast<int64_t>(sizeof(typename L::Block));
-}
-
-// R weight rows (row r at w + r * ws bytes) x M tokens: R * M independent FMA chains. One row
-// alone is one chain (ggml's two accumulators share a zmm), bound by the FMA latency at M = 1;
-// interleaving rows fills the pipeline without changing any row's instruction sequence.
-#ifndef PF
-#define PF 16384
-#endif
-constexpr int64_t kPrefetchBytes = PF;
-template <typename L, int R, int M>
-void quant_tile_x8(const uint8_t* w, int64_t ws, const PairQ8* x, int64_t xs, int64_t nb, float* out) {
-  __m512 acc[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int k = 0; k < M; ++k) acc[r][k] = _mm512_setzero_ps();
-  const int64_t ng = nb / kX8Group;
-  // Lane l of pair p's scale vector is block 2p (lanes 0-3, 8-11) or 2p + 1 (4-7, 12-15).
-  const __m512i idx0 = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
-  for (int64_t g = 0; g < ng; ++g) {
-    __m512 d8[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* gp = w + r * ws + g * group_bytes<L>();
-      for (int64_t o = 0; o < group_bytes<L>(); o += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(gp + kPrefetchBytes + o), _MM_HINT_T0);
-      }
-      d8[r] = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gp))));
-    }
-    const PairQ8* xg = x + g * (kX8Group / 2);
-#pragma GCC unroll 4
-    for (int p = 0; p < kX8Group / 2; ++p) {
-      const __m512i idx = _mm512_add_epi32(idx0, _mm512_set1_epi32(2 * p));
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m512i wq = group_pair<L>(w + r * ws + g * group_bytes<L>() + 2 * kX8Group, p);
-        const __m512i wbias = L::bias(wq);
-        const __m512 wd = _mm512_permutexvar_ps(idx, d8[r]);
-#pragma GCC unroll 8
-        for (int k = 0; k < M; ++k) {
-          const PairQ8& xp = xg[k * xs + p];
-          __m512i isum;
-          if constexpr (std::is_same_v<L, Q4W>) {
-            isum = _mm512_dpbusd_epi32(_mm512_load_si512(xp.bias), wq, _mm512_load_si512(xp.qs));
-          } else {
-            isum = _mm512_dpbusd_epi32(wbias, _mm512_load_si512(xp.qs), wq);
-          }
-          const __m512 s = _mm512_mul_ps(wd, _mm512_load_ps(xp.d));
-          acc[r][k] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum), acc[r][k]);
-        }
-      }
-    }
-  }
-  // Tail: the last nb % kX8Group blocks stay in GGUF layout.
-  for (int r = 0; r < R; ++r) {
-    const auto* tail = reinterpret_cast<const typename L::Block*>(w + r * ws + ng * group_bytes<L>());
-    raw_pairs<L, M>(tail, x + ng * (kX8Group / 2), xs, nb - ng * kX8Group, acc[r]);
-    for (int k = 0; k < M; ++k) out[r * M + k] = reduce_pair(acc[r][k]);
-  }
-}
-
-template <typename L>
-void dispatch_x8(const uint8_t* w, int64_t ws, int r, const PairQ8* x, int64_t xs, int64_t nb, int m, float* out) {
-  if (r == 4 && m == 1) return quant_tile_x8<L, 4, 1>(w, ws, x, xs, nb, out);
-  if (r == 2 && m == 2) return quant_tile_x8<L, 2, 2>(w, ws, x, xs, nb, out);
-  PAGELLM_CHECK(r == 1, "x8 tile: unsupported shape");
-  switch (m) {
-    case 1: return quant_tile_x8<L, 1, 1>(w, ws, x, xs, nb, out);
-    case 2: return quant_tile_x8<L, 1, 2>(w, ws, x, xs, nb, out);
-    case 3: return quant_tile_x8<L, 1, 3>(w, ws, x, xs, nb, out);
-    case 4: return quant_tile_x8<L, 1, 4>(w, ws, x, xs, nb, out);
-    case 5: return quant_tile_x8<L, 1, 5>(w, ws, x, xs, nb, out);
-    case 6: return quant_tile_x8<L, 1, 6>(w, ws, x, xs, nb, out);
-    case 7: return quant_tile_x8<L, 1, 7>(w, ws, x, xs, nb, out);
-    case 8: return quant_tile_x8<L, 1, 8>(w, ws, x, xs, nb, out);
-  }
-  __builtin_unreachable();
-}
-
 template <typename L>
 void dispatch(const typename L::Block* w, const PairQ8* x, int64_t xs, int64_t nb, int m, float* out) {
   switch (m) {
@@ -260,14 +162,4 @@ void dot_q8_0_tile(const BlockQ8_0* w, const PairQ8* x, int64_t xs, int64_t nb, 
 void dot_q4_0_tile(const BlockQ4_0* w, const PairQ8* x, int64_t xs, int64_t nb, int m, float* out) {
   dispatch<Q4W>(w, x, xs, nb, m, out);
 }
-int x8_tile_rows(int m) { return m == 1 ? 4 : m == 2 ? 2 : 1; }
-void dot_q8_0_x8_tile(const void* w, int64_t w_stride, int r, const PairQ8* x, int64_t xs, int64_t nb, int m,
-                      float* out) {
-  dispatch_x8<Q8W>(static_cast<const uint8_t*>(w), w_stride, r, x, xs, nb, m, out);
-}
-void dot_q4_0_x8_tile(const void* w, int64_t w_stride, int r, const PairQ8* x, int64_t xs, int64_t nb, int m,
-                      float* out) {
-  dispatch_x8<Q4W>(static_cast<const uint8_t*>(w), w_stride, r, x, xs, nb, m, out);
-}
-
 }  // namespace pagellm::kernels::avx512

@@ -3,6 +3,7 @@
 // Quantized weights (q8_0, q4_0): the activation row is first quantized to q8_0 (as llama.cpp's
 // CPU backend does: vec_dot_type of q4_0/q8_0 is q8_0), then per block an exact integer sum,
 // scaled by d_w * d_x and accumulated in float (ggml_vec_dot_q*_0_q8_0, generic version).
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,29 @@ float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
     int32_t isum = 0;
     for (int j = 0; j < kQK8_0; ++j) isum += static_cast<int32_t>(w[b].qs[j]) * x[b].qs[j];
     s += static_cast<float>(isum) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+  }
+  return s;
+}
+
+float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t isum = 0;
+    for (int j = 0; j < kQK8_0; ++j) isum += w[b].qs[j] * x[b].qs[j];
+    s = std::fma(static_cast<float>(isum), fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d), s);
+  }
+  return s;
+}
+
+float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t isum = 0;
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      isum += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
+      isum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + kQK4_0 / 2];
+    }
+    s = std::fma(static_cast<float>(isum), fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d), s);
   }
   return s;
 }
