@@ -16,6 +16,9 @@ float sum_avx2(const float* p, int64_t n) {
   for (auto& a : acc) a = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    // The same 8 KiB software prefetch as the matmul kernels: without it this probe read ~35% less
+    // than decode itself streamed on the 2-vCPU Xeon VM, and the fraction was not a bound.
+    for (int k = 0; k < 4; ++k) _mm_prefetch(reinterpret_cast<const char*>(p + i + 2048 + 16 * k), _MM_HINT_T0);
     for (int k = 0; k < 8; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_load_ps(p + i + 8 * k));
   }
   __m256 s = acc[0];

@@ -243,6 +243,31 @@ TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
   EXPECT_DEATH(matmul_ref(packed, x.data(), 1, y.data()), "GGUF layout");
 }
 
+// F32/F16/BF16 weights on AVX-512 CPUs take 16-lane tiles of up to 4 rows that keep the AVX2
+// kernel's accumulators lane for lane: bit-identical, with every tail shape (steps of 32, of 8,
+// scalar), every tile size and row remainder.
+TEST(Matmul, FloatAvx512EqualsAvx2Bitwise) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512: the AVX2 float kernels are the only ones";
+  Rng rng(80);
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    for (int64_t cols : {1, 7, 8, 31, 32, 45, 100, 2080}) {
+      const int64_t rows = 39;
+      const TestWeights w = make_weights(type, rows, cols, rng);
+      for (int64_t num_tokens : {1, 2, 3, 4, 5, 9}) {
+        SCOPED_TRACE(name_of(type) + " cols " + std::to_string(cols) + " tokens " + std::to_string(num_tokens));
+        std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);
+        std::vector<float> y512(num_tokens * rows), y2(num_tokens * rows);
+        matmul(w.view(), x.data(), num_tokens, y512.data(), &pool);
+        set_avx512_enabled(false);
+        matmul(w.view(), x.data(), num_tokens, y2.data(), nullptr);
+        set_avx512_enabled(true);
+        ASSERT_EQ(std::memcmp(y512.data(), y2.data(), y2.size() * 4), 0);
+      }
+    }
+  }
+}
+
 TEST(Matmul, ReportsSimdAvailability) {
   // Not an assertion: records in the log which path the other tests exercised.
   std::printf("cpu_has_avx2 (avx2+fma+f16c): %d\n", static_cast<int>(cpu_has_avx2()));

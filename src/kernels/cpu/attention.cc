@@ -51,26 +51,25 @@ int64_t slot_of(const KvLayerView& kv, const int32_t* table, int64_t j) {
 }
 
 template <bool kSimd>
-void attend(const KvLayerView& kv, const Problem& p, float scale, std::vector<float>& scores) {
+void attend(const KvLayerView& kv, const Problem& p, float scale, std::vector<float>& scores,
+            std::vector<int64_t>& offsets) {
   const int64_t hd = kv.head_dim;
   const int64_t row = kv.num_kv_heads * hd;  // elements per slot
   const bool f16 = kv.dtype == GgmlType::F16;
-  const int64_t eb = elem_bytes(kv.dtype);
-  const auto* kbase = static_cast<const uint8_t*>(kv.k);
-  const auto* vbase = static_cast<const uint8_t*>(kv.v);
   const int64_t n = p.pos + 1;
   scores.resize(static_cast<size_t>(n));
+  offsets.resize(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) offsets[j] = slot_of(kv, p.table, j) * row + p.kvh * hd;  // elements
+  const auto* k32 = static_cast<const float*>(kv.k);
+  const auto* k16 = static_cast<const uint16_t*>(kv.k);
 
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t off = (slot_of(kv, p.table, j) * row + p.kvh * hd) * eb;
     float d;
     if constexpr (kSimd) {
-      d = f16 ? avx2::dot_f16(reinterpret_cast<const uint16_t*>(kbase + off), p.q, hd)
-              : avx2::dot_f32(reinterpret_cast<const float*>(kbase + off), p.q, hd);
+      d = f16 ? avx2::dot_f16(k16 + offsets[j], p.q, hd) : avx2::dot_f32(k32 + offsets[j], p.q, hd);
     } else {
-      d = f16 ? ref::dot_f16(reinterpret_cast<const uint16_t*>(kbase + off), p.q, hd)
-              : ref::dot_f32(reinterpret_cast<const float*>(kbase + off), p.q, hd);
+      d = f16 ? ref::dot_f16(k16 + offsets[j], p.q, hd) : ref::dot_f32(k32 + offsets[j], p.q, hd);
     }
     scores[j] = d * scale;
     max = std::fmax(max, scores[j]);
@@ -81,20 +80,20 @@ void attend(const KvLayerView& kv, const Problem& p, float scale, std::vector<fl
     sum += static_cast<double>(scores[j]);
   }
   const float inv = static_cast<float>(1.0 / sum);
-  std::fill(p.out, p.out + hd, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const float a = scores[j] * inv;
-    const uint8_t* v = vbase + (slot_of(kv, p.table, j) * row + p.kvh * hd) * eb;
-    if constexpr (kSimd) {
-      if (f16) {
-        avx2::axpy_f16(a, reinterpret_cast<const uint16_t*>(v), p.out, hd);
-      } else {
-        avx2::axpy_f32(a, reinterpret_cast<const float*>(v), p.out, hd);
-      }
+  for (int64_t j = 0; j < n; ++j) scores[j] *= inv;  // the weights a_j
+  if constexpr (kSimd) {
+    if (f16) {
+      avx2::pv_accumulate_f16(static_cast<const uint16_t*>(kv.v), offsets.data(), n, scores.data(), hd, p.out);
     } else {
+      avx2::pv_accumulate_f32(static_cast<const float*>(kv.v), offsets.data(), n, scores.data(), hd, p.out);
+    }
+  } else {
+    std::fill(p.out, p.out + hd, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      const float a = scores[j];
       for (int64_t i = 0; i < hd; ++i) {
-        const float vi = f16 ? fp16_to_fp32(reinterpret_cast<const uint16_t*>(v)[i])
-                             : reinterpret_cast<const float*>(v)[i];
+        const float vi = f16 ? fp16_to_fp32(static_cast<const uint16_t*>(kv.v)[offsets[j] + i])
+                             : static_cast<const float*>(kv.v)[offsets[j] + i];
         p.out[i] += a * vi;
       }
     }
@@ -130,11 +129,12 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   const int64_t num_pairs = num_tokens * num_heads;
   auto work = [&](int thread, int num_threads) {
     std::vector<float> scores;
+    std::vector<int64_t> offsets;
     for (int64_t i = thread; i < num_pairs; i += num_threads) {
       const int64_t t = i / num_heads, h = i % num_heads;
       const Problem p{q + (t * num_heads + h) * hd, b.block_tables + seq[t] * b.max_blocks_per_seq, b.positions[t],
                       h / group, out + (t * num_heads + h) * hd};
-      attend<kSimd>(kv, p, scale, scores);
+      attend<kSimd>(kv, p, scale, scores, offsets);
     }
   };
   // Small batches run on the calling thread (same results; see matmul.cc).

@@ -29,6 +29,15 @@ constexpr int kMaxTileTokens = 8;
 void dot_q8_0_tile(const BlockQ8_0* w, const PairQ8* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q4_0_tile(const BlockQ4_0* w, const PairQ8* x, int64_t x_stride, int64_t nb, int m, float* out);
 
+// ---- F32 / F16 / BF16 weights (matmul_float_avx512.cc; used when use_avx512_vnni()) ---------
+// A tile of r rows (row i at w + i * w_stride elements) x m tokens (token k at x + k * x_stride,
+// m in [1, 4]), n elements per row: out[i * m + k], bit-identical to avx2::dot_*_tile.
+// (matmul uses tiles of 4 rows x 1 or 2 tokens.)
+// r = float_tile_rows(m) for a full tile, else 1.
+int float_tile_rows(int m);
+void dot_float_tile(GgmlType type, const void* w, int64_t w_stride, int r, const float* x, int64_t x_stride,
+                    int64_t n, int m, float* out);
+
 // ---- repacked weights (WeightLayout::kRepacked16, made by repack.cc; matmul_r16_avx512.cc) ----
 // Rows in tiles of kR16Rows; tile i (rows 16i .. 16i + 15) occupies the bytes of those 16 GGUF
 // rows, block by block: for block b, a group of

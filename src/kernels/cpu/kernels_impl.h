@@ -53,6 +53,10 @@ void dot_q4_0_q8_0_tile(const BlockQ4_0* w, const BlockQ8_0* x, int64_t x_stride
 // acc[i] += a * v[i], i in [0, n), one fused multiply-add per element.
 void axpy_f32(float a, const float* v, float* acc, int64_t n);
 void axpy_f16(float a, const uint16_t* v, float* acc, int64_t n);
+// out[i] = sum_j a[j] * v[off[j] + i] for i in [0, hd), j ascending: bit-identical to out = 0
+// followed by axpy_*(a[j], v + off[j], out, hd) for each j (off in elements).
+void pv_accumulate_f32(const float* v, const int64_t* off, int64_t n, const float* a, int64_t hd, float* out);
+void pv_accumulate_f16(const uint16_t* v, const int64_t* off, int64_t n, const float* a, int64_t hd, float* out);
 // out[i] = half(x[i]), round to nearest even (bit-identical to fp32_to_fp16).
 void convert_f32_to_f16(const float* x, uint16_t* out, int64_t n);
 }  // namespace avx2

@@ -1,7 +1,13 @@
 // matmul(): shape checks, activation preparation, threading and ISA dispatch.
 //
-// Quantized weights on CPUs with AVX-512 VNNI take avx512::dot_*_tile (tiles of up to 8 tokens,
-// activations prepared once per call as PairQ8); the results are bit-identical to the AVX2 tiles.
+// Paths, by weight and CPU (all batch invariant):
+//   Q8_0/Q4_0 repacked at load (WeightLayout::kRepacked16, AVX-512 VNNI): matmul_repacked, 16-row
+//     tiles x up to 8 tokens, exact per-block integer sums (kernels_avx512.h).
+//   Q8_0/Q4_0 in GGUF layout, AVX-512 VNNI: avx512::dot_*_tile (up to 8 tokens, activations
+//     prepared once per call as PairQ8), bit-identical to the AVX2 tiles (ggml's arithmetic).
+//   F32/F16/BF16, AVX-512: avx512::dot_float_tile (4 rows x up to 2 tokens), bit-identical to
+//     the AVX2 tiles.
+//   Otherwise the AVX2 tiles (kernels_impl.h), or the scalar ref:: oracles without AVX2.
 //
 // Work split (batch invariance): threads own contiguous ranges of output rows; inside a range,
 // rows are walked in blocks that stay in cache while every token visits them, tokens in tiles
@@ -68,6 +74,11 @@ void tile(GgmlType type, bool simd, const void* wr, const void* xa, int64_t x_st
   }
   PAGELLM_CHECK(false, "matmul: unsupported weight type " + type_name(type));
 }
+
+#ifndef FTT
+#define FTT 3
+#endif
+constexpr int64_t kFloatTileTokens = FTT;
 
 // Below this many multiply-adds a matmul is not split across threads.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
@@ -160,7 +171,9 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const auto* wbase = static_cast<const uint8_t*>(w.data);
   const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / row_bytes);
   const int64_t xa_elem = is_quantized(type) ? static_cast<int64_t>(sizeof(BlockQ8_0)) : 4;
-  const int64_t max_tile = vnni ? avx512::kMaxTileTokens : avx2::kMaxTileTokens;
+  // F32/F16/BF16 on AVX-512 CPUs: bit-identical 16-lane tiles with more rows in registers.
+  const bool float512 = simd && !is_quantized(type) && use_avx512_vnni();
+  const int64_t max_tile = vnni ? avx512::kMaxTileTokens : float512 ? kFloatTileTokens : avx2::kMaxTileTokens;
 
   // y[t0 .. t0 + m, r] -> out[0 .. m).
   auto tile_at = [&](int64_t r, int64_t t0, int m, float* out) {
@@ -173,11 +186,23 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     tile(type, simd, wr, static_cast<const uint8_t*>(xa) + t0 * x_stride * xa_elem, x_stride, cols, m, out);
   };
   auto run_rows = [&](int64_t r_begin, int64_t r_end) {
-    float out[avx512::kMaxTileTokens];
+    float out[4 * avx512::kMaxTileTokens];
     for (int64_t r0 = r_begin; r0 < r_end; r0 += block_rows) {
       const int64_t r1 = std::min(r_end, r0 + block_rows);
       for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
         const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
+        if (float512) {  // tiles of several rows
+          const int rt = avx512::float_tile_rows(m);
+          for (int64_t r = r0; r < r1;) {
+            const int rr = r + rt <= r1 ? rt : 1;
+            avx512::dot_float_tile(type, wbase + r * row_bytes, cols, rr, static_cast<const float*>(xa) + t0 * x_stride,
+                                   x_stride, cols, m, out);
+            for (int i = 0; i < rr; ++i)
+              for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r + i] = out[i * m + k];
+            r += rr;
+          }
+          continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
           tile_at(r, t0, m, out);
           for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r] = out[k];

@@ -1,0 +1,145 @@
+// AVX-512 tiles for F32 / F16 / BF16 weights (entered only when use_avx512_float(), see
+// kernels_avx512.h), bit-identical to avx2::dot_*_tile.
+//
+// The AVX2 kernel keeps 4 accumulators of 8 lanes per output (elements i + 8a + l of each step of
+// 32 go to accumulator a, lane l), then 8-element steps into accumulator 0, then
+// hsum((a0 + a1) + (a2 + a3)) and a scalar FMA tail. Here a zmm holds two of them, [a0 | a1] and
+// [a2 | a3]: elements i .. i + 15 of a step land in exactly those lanes, each lane sees the same
+// FMA sequence, and the reduction takes the halves apart in the same order. What changes is the
+// register budget (32 zmm): a tile of R rows x M tokens keeps 2 R M accumulators in registers,
+// where the AVX2 tile of 1 x 4 already spills.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/kernels_avx512.h"
+
+namespace pagellm::kernels::avx512 {
+namespace {
+
+#ifndef FTR
+#define FTR (m==1?4:m==3?4:1)
+#endif
+constexpr int64_t kPrefetchBytes = 8192;  // weight rows stream from DRAM (matmul_avx512.cc)
+
+struct F32W {
+  using T = float;
+  static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+  static __m512 load8(const float* p) { return _mm512_castps256_ps512(_mm256_loadu_ps(p)); }
+  static float scalar(const float* p) { return *p; }
+};
+struct F16W {
+  using T = uint16_t;
+  static __m512 load16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 load8(const uint16_t* p) {
+    return _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static float scalar(const uint16_t* p) { return _cvtsh_ss(*p); }
+};
+struct BF16W {
+  using T = uint16_t;
+  static __m512 load16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static __m512 load8(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm512_castps256_ps512(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
+  static float scalar(const uint16_t* p) { return bf16_to_fp32(*p); }
+};
+
+// Sum of 8 lanes in the order of avx2::hsum.
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// R rows (row r at w + r * ws elements) x M tokens (token k at x + k * xs): out[r * M + k].
+template <typename L, int R, int M>
+void float_tile(const typename L::T* w, int64_t ws, const float* x, int64_t xs, int64_t n, float* out) {
+  __m512 a01[R][M], a23[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < M; ++k) a01[r][k] = a23[r][k] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512 w01[R], w23[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const typename L::T* wr = w + r * ws + i;
+      _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetchBytes, _MM_HINT_T0);
+      if constexpr (sizeof(typename L::T) == 4) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetchBytes + 64, _MM_HINT_T0);
+      }
+      w01[r] = L::load16(wr);
+      w23[r] = L::load16(wr + 16);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < M; ++k) {
+      const __m512 x01 = _mm512_loadu_ps(x + k * xs + i), x23 = _mm512_loadu_ps(x + k * xs + i + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        a01[r][k] = _mm512_fmadd_ps(w01[r], x01, a01[r][k]);
+        a23[r][k] = _mm512_fmadd_ps(w23[r], x23, a23[r][k]);
+      }
+    }
+  }
+  for (; i + 8 <= n; i += 8) {  // into accumulator 0 = lanes 0..7 of a01
+    for (int r = 0; r < R; ++r) {
+      const __m512 w0 = L::load8(w + r * ws + i);
+      for (int k = 0; k < M; ++k) {
+        const __m512 xv = _mm512_castps256_ps512(_mm256_loadu_ps(x + k * xs + i));
+        a01[r][k] = _mm512_mask3_fmadd_ps(w0, xv, a01[r][k], 0x00FF);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < M; ++k) {
+      const __m256 a0 = _mm512_castps512_ps256(a01[r][k]), a1 = _mm512_extractf32x8_ps(a01[r][k], 1);
+      const __m256 a2 = _mm512_castps512_ps256(a23[r][k]), a3 = _mm512_extractf32x8_ps(a23[r][k], 1);
+      float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+      for (int64_t j = i; j < n; ++j) s = std::fma(L::scalar(w + r * ws + j), x[k * xs + j], s);
+      out[r * M + k] = s;
+    }
+  }
+}
+
+template <typename L>
+void dispatch(const typename L::T* w, int64_t ws, int r, const float* x, int64_t xs, int64_t n, int m, float* out) {
+  if (r == 4 && m == 1) return float_tile<L, 4, 1>(w, ws, x, xs, n, out);
+  if (r == 4 && m == 2) return float_tile<L, 4, 2>(w, ws, x, xs, n, out);
+  PAGELLM_CHECK(r == 1, "float tile: unsupported shape");
+  switch (m) {
+    case 1: return float_tile<L, 1, 1>(w, ws, x, xs, n, out);
+    case 2: return float_tile<L, 1, 2>(w, ws, x, xs, n, out);
+    case 3: return float_tile<L, 1, 3>(w, ws, x, xs, n, out);
+    case 4: return float_tile<L, 1, 4>(w, ws, x, xs, n, out);
+  }
+  __builtin_unreachable();
+}
+
+}  // namespace
+
+int float_tile_rows(int m) { return m <= 2 ? 4 : 1; }
+
+void dot_float_tile(GgmlType type, const void* w, int64_t w_stride, int r, const float* x, int64_t x_stride,
+                    int64_t n, int m, float* out) {
+  switch (type) {
+    case GgmlType::F32: return dispatch<F32W>(static_cast<const float*>(w), w_stride, r, x, x_stride, n, m, out);
+    case GgmlType::F16: return dispatch<F16W>(static_cast<const uint16_t*>(w), w_stride, r, x, x_stride, n, m, out);
+    case GgmlType::BF16: return dispatch<BF16W>(static_cast<const uint16_t*>(w), w_stride, r, x, x_stride, n, m, out);
+    default: break;
+  }
+  PAGELLM_CHECK(false, "dot_float_tile: " + type_name(type));
+}
+
+}  // namespace pagellm::kernels::avx512
