@@ -2,6 +2,7 @@
 // awkward shapes; scalar fallback; batch and thread-count invariance as bit equality.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -251,7 +252,7 @@ TEST(Matmul, FloatAvx512EqualsAvx2Bitwise) {
   Rng rng(80);
   ThreadPool pool(2);
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
-    for (int64_t cols : {1, 7, 8, 31, 32, 45, 100, 2080}) {
+    for (int64_t cols : {1, 7, 8, 31, 32, 45, 100, 255}) {  // >= 256: the wide arithmetic
       const int64_t rows = 39;
       const TestWeights w = make_weights(type, rows, cols, rng);
       for (int64_t num_tokens : {1, 2, 3, 4, 5, 9}) {
@@ -263,6 +264,49 @@ TEST(Matmul, FloatAvx512EqualsAvx2Bitwise) {
         matmul(w.view(), x.data(), num_tokens, y2.data(), nullptr);
         set_avx512_enabled(true);
         ASSERT_EQ(std::memcmp(y512.data(), y2.data(), y2.size() * 4), 0);
+      }
+    }
+  }
+}
+
+// F32/F16/BF16 matrices of >= 256 columns on AVX-512 CPUs: exactly ref::dot_*_wide, for partial
+// last steps, every tile size and row remainder, 1 and 2 threads; close to the AVX2 arithmetic.
+TEST(Matmul, WideEqualsWideReference) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512: the wide arithmetic is never used";
+  Rng rng(81);
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    for (int64_t cols : {256, 263, 300, 2080}) {
+      const int64_t rows = 39;
+      const TestWeights w = make_weights(type, rows, cols, rng);
+      for (int64_t num_tokens : {1, 2, 5, 6, 7, 13}) {
+        SCOPED_TRACE(name_of(type) + " cols " + std::to_string(cols) + " tokens " + std::to_string(num_tokens));
+        std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);
+        std::vector<float> want(num_tokens * rows), y2(num_tokens * rows), y1(num_tokens * rows), yg(num_tokens * rows);
+        std::vector<float> xr(cols);
+        const auto* raw = static_cast<const uint8_t*>(w.view().data);
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          if (type == GgmlType::F32) {
+            std::copy(&x[t * cols], &x[t * cols] + cols, xr.begin());
+          } else {
+            round_activations(type, &x[t * cols], cols, xr.data());
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* row = raw + r * w.view().row_bytes();
+            want[t * rows + r] = type == GgmlType::F32 ? ref::dot_f32_wide(reinterpret_cast<const float*>(row), xr.data(), cols)
+                                 : type == GgmlType::F16
+                                     ? ref::dot_f16_wide(reinterpret_cast<const uint16_t*>(row), xr.data(), cols)
+                                     : ref::dot_bf16_wide(reinterpret_cast<const uint16_t*>(row), xr.data(), cols);
+          }
+        }
+        matmul(w.view(), x.data(), num_tokens, y2.data(), &pool);
+        matmul(w.view(), x.data(), num_tokens, y1.data(), nullptr);
+        ASSERT_EQ(std::memcmp(y2.data(), want.data(), want.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
+        set_avx512_enabled(false);
+        matmul(w.view(), x.data(), num_tokens, yg.data(), nullptr);
+        set_avx512_enabled(true);
+        for (size_t i = 0; i < yg.size(); ++i) ASSERT_NEAR(y1[i], yg[i], 1e-4f * (1.0f + std::fabs(yg[i]))) << i;
       }
     }
   }

@@ -38,6 +38,15 @@ int float_tile_rows(int m);
 void dot_float_tile(GgmlType type, const void* w, int64_t w_stride, int r, const float* x, int64_t x_stride,
                     int64_t n, int m, float* out);
 
+// "Wide" arithmetic for F32/F16/BF16 matrices of at least kMinWideCols columns on AVX-512 CPUs:
+// one 16-lane accumulator per output (ref::dot_*_wide), so a tile of 4 rows x up to
+// kWideTileTokens tokens fits in registers with each activation vector loaded once for 4 rows.
+// Same contract as dot_float_tile; r is 4 or 1.
+constexpr int64_t kMinWideCols = 256;
+constexpr int kWideTileTokens = 6;
+void dot_wide_tile(GgmlType type, const void* w, int64_t w_stride, int r, const float* x, int64_t x_stride, int64_t n,
+                   int m, float* out);
+
 // ---- repacked weights (WeightLayout::kRepacked16, made by repack.cc; matmul_r16_avx512.cc) ----
 // Rows in tiles of kR16Rows; tile i (rows 16i .. 16i + 15) occupies the bytes of those 16 GGUF
 // rows, block by block: for block b, a group of

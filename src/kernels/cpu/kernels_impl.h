@@ -24,6 +24,11 @@ float dot_bf16(const uint16_t* w, const float* x, int64_t n);
 // (ggml_vec_dot_q8_0_q8_0 / ggml_vec_dot_q4_0_q8_0 generic).
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
 float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
+// "Wide" float arithmetic (AVX-512, matrices of >= 256 columns): 16 lanes, element i to lane
+// i % 16 (FMA, in order), then lanes l and l + 8 added, then avx2::hsum's order over 8 lanes.
+float dot_f32_wide(const float* w, const float* x, int64_t n);
+float dot_f16_wide(const uint16_t* w, const float* x, int64_t n);
+float dot_bf16_wide(const uint16_t* w, const float* x, int64_t n);
 // "Block sums", the arithmetic of repacked weights (WeightLayout::kRepacked16): per block the
 // exact int32 sum, then s = fma(float(isum), d_w * d_x, s), blocks in order from s = 0.
 float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);

@@ -5,8 +5,10 @@
 //     tiles x up to 8 tokens, exact per-block integer sums (kernels_avx512.h).
 //   Q8_0/Q4_0 in GGUF layout, AVX-512 VNNI: avx512::dot_*_tile (up to 8 tokens, activations
 //     prepared once per call as PairQ8), bit-identical to the AVX2 tiles (ggml's arithmetic).
-//   F32/F16/BF16, AVX-512: avx512::dot_float_tile (4 rows x up to 2 tokens), bit-identical to
-//     the AVX2 tiles.
+//   F32/F16/BF16, AVX-512, >= 256 columns: avx512::dot_wide_tile (4 rows x up to 6 tokens), one
+//     16-lane accumulator per output (ref::dot_*_wide).
+//   F32/F16/BF16, AVX-512, narrower: avx512::dot_float_tile (4 rows x up to 2 tokens),
+//     bit-identical to the AVX2 tiles (ggml's arithmetic; the golden tests' small models).
 //   Otherwise the AVX2 tiles (kernels_impl.h), or the scalar ref:: oracles without AVX2.
 //
 // Work split (batch invariance): threads own contiguous ranges of output rows; inside a range,
@@ -173,7 +175,12 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const int64_t xa_elem = is_quantized(type) ? static_cast<int64_t>(sizeof(BlockQ8_0)) : 4;
   // F32/F16/BF16 on AVX-512 CPUs: bit-identical 16-lane tiles with more rows in registers.
   const bool float512 = simd && !is_quantized(type) && use_avx512_vnni();
-  const int64_t max_tile = vnni ? avx512::kMaxTileTokens : float512 ? kFloatTileTokens : avx2::kMaxTileTokens;
+  // ... and for matrices of >= kMinWideCols columns the "wide" arithmetic (kernels_avx512.h).
+  const bool wide = float512 && cols >= avx512::kMinWideCols;
+  const int64_t max_tile = vnni    ? avx512::kMaxTileTokens
+                           : wide  ? avx512::kWideTileTokens
+                           : float512 ? kFloatTileTokens
+                                      : avx2::kMaxTileTokens;
 
   // y[t0 .. t0 + m, r] -> out[0 .. m).
   auto tile_at = [&](int64_t r, int64_t t0, int m, float* out) {
@@ -187,10 +194,22 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   };
   auto run_rows = [&](int64_t r_begin, int64_t r_end) {
     float out[4 * avx512::kMaxTileTokens];
+    static_assert(avx512::kWideTileTokens <= avx512::kMaxTileTokens);
     for (int64_t r0 = r_begin; r0 < r_end; r0 += block_rows) {
       const int64_t r1 = std::min(r_end, r0 + block_rows);
       for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
         const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
+        if (wide) {  // 4-row tiles, one accumulator per output
+          for (int64_t r = r0; r < r1;) {
+            const int rr = r + 4 <= r1 ? 4 : 1;
+            avx512::dot_wide_tile(type, wbase + r * row_bytes, cols, rr, static_cast<const float*>(xa) + t0 * x_stride,
+                                  x_stride, cols, m, out);
+            for (int i = 0; i < rr; ++i)
+              for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r + i] = out[i * m + k];
+            r += rr;
+          }
+          continue;
+        }
         if (float512) {  // tiles of several rows
           const int rt = avx512::float_tile_rows(m);
           for (int64_t r = r0; r < r1;) {

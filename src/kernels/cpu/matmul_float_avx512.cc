@@ -127,7 +127,88 @@ void dispatch(const typename L::T* w, int64_t ws, int r, const float* x, int64_t
   __builtin_unreachable();
 }
 
+// ---- "wide" arithmetic: one 16-lane accumulator per output ----------------------------------
+// Elements i + l of each step of 16 go to lane l (a last partial step only to its lanes), then
+// the 16 lanes are summed as hsum8(lo + hi). ref::dot_*_wide emulates it.
+template <typename L, int R, int M>
+void wide_tile(const typename L::T* w, int64_t ws, const float* x, int64_t xs, int64_t n, float* out) {
+  __m512 acc[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < M; ++k) acc[r][k] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const typename L::T* wr = w + r * ws + i;
+      if (i % (64 / sizeof(typename L::T)) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetchBytes, _MM_HINT_T0);
+      }
+      wv[r] = L::load16(wr);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < M; ++k) {
+      const __m512 xv = _mm512_loadu_ps(x + k * xs + i);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
+    }
+  }
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    for (int r = 0; r < R; ++r) {
+      alignas(64) float wt[16] = {};
+      for (int64_t j = i; j < n; ++j) wt[j - i] = L::scalar(w + r * ws + j);
+      const __m512 wv = _mm512_load_ps(wt);
+      for (int k = 0; k < M; ++k) {
+        acc[r][k] = _mm512_mask3_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, x + k * xs + i), acc[r][k], mask);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < M; ++k) {
+      const __m256 lo = _mm512_castps512_ps256(acc[r][k]), hi = _mm512_extractf32x8_ps(acc[r][k], 1);
+      out[r * M + k] = hsum8(_mm256_add_ps(lo, hi));
+    }
+  }
+}
+
+template <typename L>
+void dispatch_wide(const typename L::T* w, int64_t ws, int r, const float* x, int64_t xs, int64_t n, int m, float* out) {
+  if (r == 4) {
+    switch (m) {
+      case 1: return wide_tile<L, 4, 1>(w, ws, x, xs, n, out);
+      case 2: return wide_tile<L, 4, 2>(w, ws, x, xs, n, out);
+      case 3: return wide_tile<L, 4, 3>(w, ws, x, xs, n, out);
+      case 4: return wide_tile<L, 4, 4>(w, ws, x, xs, n, out);
+      case 5: return wide_tile<L, 4, 5>(w, ws, x, xs, n, out);
+      case 6: return wide_tile<L, 4, 6>(w, ws, x, xs, n, out);
+    }
+  }
+  PAGELLM_CHECK(r == 1 && m >= 1 && m <= kWideTileTokens, "wide tile: unsupported shape");
+  switch (m) {
+    case 1: return wide_tile<L, 1, 1>(w, ws, x, xs, n, out);
+    case 2: return wide_tile<L, 1, 2>(w, ws, x, xs, n, out);
+    case 3: return wide_tile<L, 1, 3>(w, ws, x, xs, n, out);
+    case 4: return wide_tile<L, 1, 4>(w, ws, x, xs, n, out);
+    case 5: return wide_tile<L, 1, 5>(w, ws, x, xs, n, out);
+    case 6: return wide_tile<L, 1, 6>(w, ws, x, xs, n, out);
+  }
+  __builtin_unreachable();
+}
+
 }  // namespace
+
+void dot_wide_tile(GgmlType type, const void* w, int64_t w_stride, int r, const float* x, int64_t x_stride, int64_t n,
+                   int m, float* out) {
+  switch (type) {
+    case GgmlType::F32: return dispatch_wide<F32W>(static_cast<const float*>(w), w_stride, r, x, x_stride, n, m, out);
+    case GgmlType::F16: return dispatch_wide<F16W>(static_cast<const uint16_t*>(w), w_stride, r, x, x_stride, n, m, out);
+    case GgmlType::BF16:
+      return dispatch_wide<BF16W>(static_cast<const uint16_t*>(w), w_stride, r, x, x_stride, n, m, out);
+    default: break;
+  }
+  PAGELLM_CHECK(false, "dot_wide_tile: " + type_name(type));
+}
 
 int float_tile_rows(int m) { return m <= 2 ? 4 : 1; }
 

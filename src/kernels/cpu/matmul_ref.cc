@@ -42,6 +42,31 @@ float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
   return s;
 }
 
+namespace {
+template <typename Load>
+float dot_wide(Load load, const float* x, int64_t n) {
+  float lane[16] = {};
+  for (int64_t i = 0; i < n; ++i) lane[i % 16] = std::fma(load(i), x[i], lane[i % 16]);
+  float s8[8];
+  for (int l = 0; l < 8; ++l) s8[l] = lane[l] + lane[l + 8];
+  // avx2::hsum: (lo4 + hi4), then (0 + 2, 1 + 3), then (0+2) + (1+3).
+  float s4[4];
+  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
+  const float a = s4[0] + s4[2], b = s4[1] + s4[3];
+  return a + b;
+}
+}  // namespace
+
+float dot_f32_wide(const float* w, const float* x, int64_t n) {
+  return dot_wide([&](int64_t i) { return w[i]; }, x, n);
+}
+float dot_f16_wide(const uint16_t* w, const float* x, int64_t n) {
+  return dot_wide([&](int64_t i) { return fp16_to_fp32(w[i]); }, x, n);
+}
+float dot_bf16_wide(const uint16_t* w, const float* x, int64_t n) {
+  return dot_wide([&](int64_t i) { return bf16_to_fp32(w[i]); }, x, n);
+}
+
 float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
   float s = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
