@@ -30,7 +30,7 @@ template <bool kQ4, int M>
 void r16_tile(const uint8_t* tile, const XBlockR16* x, int64_t xs, int64_t nb, float* out) {
   // Integer sums are exact, so splitting a block's 8 VPDPBUSD over KI chains changes nothing;
   // it hides their latency when few tokens share the weights.
-  constexpr int KI = M == 1 ? 4 : (M == 2 ? 2 : 1);
+  constexpr int KI = M == 1 ? 4 : 2;
   __m512 acc[M];
   for (int k = 0; k < M; ++k) acc[k] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -54,13 +54,15 @@ void r16_tile(const uint8_t* tile, const XBlockR16* x, int64_t xs, int64_t nb, f
 #pragma GCC unroll 8
     for (int k = 0; k < M; ++k) {
       const XBlockR16& xb = x[k * xs + b];
-      int32_t xq[8];
-      std::memcpy(xq, xb.qs, 32);
       __m512i ia[KI];
       ia[0] = _mm512_set1_epi32(xb.init);
       for (int i = 1; i < KI; ++i) ia[i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) ia[c % KI] = _mm512_dpbusd_epi32(ia[c % KI], wv[c], _mm512_set1_epi32(xq[c]));
+      for (int c = 0; c < 8; ++c) {
+        // 4 activation bytes to every lane, straight from memory (a load-port broadcast).
+        const __m512i xc = _mm512_broadcastd_epi32(_mm_loadu_si32(xb.qs + 4 * c));
+        ia[c % KI] = _mm512_dpbusd_epi32(ia[c % KI], wv[c], xc);
+      }
       __m512i isum = ia[0];
       for (int i = 1; i < KI; ++i) isum = _mm512_add_epi32(isum, ia[i]);
       const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
