@@ -77,10 +77,9 @@ void tile(GgmlType type, bool simd, const void* wr, const void* xa, int64_t x_st
   PAGELLM_CHECK(false, "matmul: unsupported weight type " + type_name(type));
 }
 
-#ifndef FTT
-#define FTT 3
-#endif
-constexpr int64_t kFloatTileTokens = FTT;
+// Tokens per AVX-512 tile of narrow (< kMinWideCols) F32/F16/BF16 matrices: 4 rows x 2 tokens
+// load each activation vector once per step for 4 rows.
+constexpr int64_t kFloatTileTokens = 2;
 
 // Below this many multiply-adds a matmul is not split across threads.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;

@@ -22,9 +22,6 @@
 namespace pagellm::kernels::avx512 {
 namespace {
 
-#ifndef FTR
-#define FTR (m==1?4:m==3?4:1)
-#endif
 constexpr int64_t kPrefetchBytes = 8192;  // weight rows stream from DRAM (matmul_avx512.cc)
 
 struct F32W {
