@@ -159,7 +159,9 @@ Handler add_bench(CLI::App& app) {
   lat->add_option("--gen-tokens", a->gen_tokens, "Tokens to generate");
   lat->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)");
   lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB");
-  lat->add_option("--batch", a->batch, "Batched decode sizes, e.g. 1,4,16,64")->delimiter(',');
+  lat->add_option("--batch", a->batch, "Batched decode sizes, e.g. 1,4,16,64")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   lat->add_flag("--json", a->json, "Print one JSON object");
   Handler serve = add_bench_serve(app);
   return [a, lat, serve] {

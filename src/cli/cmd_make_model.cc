@@ -15,7 +15,7 @@ Handler add_make_model(CLI::App& app) {
     int64_t context_length = 0;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("--shape", a->shape, "Named shape: stories15M, tinyllama-1.1b, llama-3.2-1b, tiny-gqa")->required();
+  app.add_option("--shape", a->shape, "Named shape: stories15M, stories42M, stories110M, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, tiny-gqa, tiny-gqa-wide, tiny-odd")->required();
   app.add_option("--dtype", a->dtype, "Weight type: f32, f16, bf16, q8_0, q4_0");
   app.add_option("--vocab", a->vocab, "GGUF whose tokenizer is copied (e.g. ../shared/testdata/vocab/ggml-vocab-llama-spm.gguf)")->required();
   app.add_option("--seed", a->seed, "Seed of the weights");

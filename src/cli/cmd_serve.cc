@@ -13,13 +13,13 @@ Handler add_serve(CLI::App& app) {
   app.add_option("-m,--model", o->model_path, "GGUF model file (default: the bundled stories260K)");
   app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port, printed at start-up)")->capture_default_str();
-  app.add_option("--threads", o->threads, "Model worker threads (0: physical cores)")->capture_default_str();
+  app.add_option("--threads", o->threads, "Model worker threads (0: all logical CPUs, std::thread::hardware_concurrency)")->capture_default_str();
   app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--max-num-seqs", o->max_num_seqs, "Most requests running in one step")->capture_default_str();
   app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget of one step (forward pass)")
       ->capture_default_str();
   app.add_option("--kv-cache-memory", o->kv_cache_memory,
-                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: one full context");
+                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: 16 full contexts, at most 1 GiB");
   app.add_option("--kv-dtype", *kv_dtype, "KV cache dtype: f32 or f16")->capture_default_str();
   app.add_flag("--no-prefix-caching", [o](int64_t) { o->enable_prefix_caching = false; },
                "Turn off automatic prefix caching (shared KV blocks for shared prompt prefixes)");

@@ -1,6 +1,10 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <string>
+#include <system_error>
+
+#include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -11,15 +15,28 @@
 
 namespace pagellm {
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(std::max(1, num_threads)),
+      // More threads than CPUs: a finished worker spinning would take the CPU from one that still
+      // has work (measured: 15-23x slower dispatch with 3-64 threads on 2 CPUs), so it sleeps.
+      spin_iterations_(num_threads_ <= default_num_threads() ? kSpinIterations : 0) {
+  try {
+    for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (const std::system_error& e) {
+    stop_workers();
+    throw Error("cannot start " + std::to_string(num_threads_ - 1) + " worker threads (" + e.what() +
+                "); use fewer --threads");
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
   stop_.store(true, std::memory_order_seq_cst);
   generation_.fetch_add(1, std::memory_order_seq_cst);
   generation_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
 
 int ThreadPool::default_num_threads() {
@@ -31,7 +48,7 @@ void ThreadPool::worker_loop(int index) {
   uint32_t seen = 0;
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
+    for (int spin = 0; g == seen && spin < spin_iterations_; ++spin) {
       PAGELLM_CPU_RELAX();
       g = generation_.load(std::memory_order_acquire);
     }
@@ -63,7 +80,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   // The caller's share is about as long as a worker's: poll, and give the core away only if a
   // worker is late (an oversubscribed machine), where spinning would delay it further.
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpinIterations) {
+    if (spin < spin_iterations_) {
       PAGELLM_CPU_RELAX();
     } else {
       std::this_thread::yield();

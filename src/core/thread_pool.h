@@ -17,7 +17,8 @@ namespace pagellm {
 
 class ThreadPool {
  public:
-  // num_threads >= 1 counts the calling thread: ThreadPool(2) starts one worker.
+  // num_threads >= 1 counts the calling thread: ThreadPool(2) starts one worker. Throws
+  // pagellm::Error if the system cannot start that many threads.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -36,13 +37,16 @@ class ThreadPool {
   // Physical-ish core count of this machine (hardware_concurrency, at least 1).
   static int default_num_threads();
 
-  // PAUSE iterations a worker polls for the next job before it sleeps.
+  // PAUSE iterations a worker polls for the next job before it sleeps (0 when the pool has more
+  // threads than the machine has CPUs).
   static constexpr int kSpinIterations = 1 << 11;
 
  private:
   void worker_loop(int index);
+  void stop_workers();
 
   int num_threads_;
+  int spin_iterations_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;  // published by generation_ (release)
   std::atomic<uint32_t> generation_{0};                 // bumped per run() and at shutdown

@@ -228,7 +228,7 @@ TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
   EXPECT_FALSE(repack_pays(f16.view()));
   std::vector<uint8_t> buf(4 * 512);
   EXPECT_DEATH(repack_weight(f16.view(), buf.data(), nullptr), "has no repacked layout");
-  const TestWeights q = make_weights(GgmlType::Q4_0, 4, 64, rng);  // under 16 rows, 256 columns
+  const TestWeights q = make_weights(GgmlType::Q4_0, 4, 64, rng);  // fewer than 16 rows and 256 columns
   EXPECT_FALSE(repack_pays(q.view()));
   EXPECT_FALSE(repack_pays(make_weights(GgmlType::Q4_0, 32, 224, rng).view()));
   if (cpu_has_avx512_vnni()) {

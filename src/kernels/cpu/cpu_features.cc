@@ -26,18 +26,24 @@ bool probe_avx512_vnni() {
 #endif
 }
 
+// True when the variable is set to something other than "" or "0".
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
+}
+
 std::atomic<bool>& avx512_enabled() {
-  static std::atomic<bool> enabled{std::getenv("PAGELLM_NO_AVX512") == nullptr};
+  static std::atomic<bool> enabled{!env_flag("PAGELLM_NO_AVX512")};
   return enabled;
 }
 
 std::atomic<bool>& repack_enabled() {
-  static std::atomic<bool> enabled{std::getenv("PAGELLM_NO_REPACK") == nullptr};
+  static std::atomic<bool> enabled{!env_flag("PAGELLM_NO_REPACK")};
   return enabled;
 }
 
 std::atomic<bool>& simd_enabled() {
-  static std::atomic<bool> enabled{std::getenv("PAGELLM_NO_AVX2") == nullptr};
+  static std::atomic<bool> enabled{!env_flag("PAGELLM_NO_AVX2")};
   return enabled;
 }
 

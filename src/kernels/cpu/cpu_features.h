@@ -2,6 +2,7 @@
 //
 // Files named *_avx2.cc are compiled with -mavx2 -mfma -mf16c (CMakeLists.txt); everything else
 // targets baseline x86-64. A fast op enters an *_avx2.cc function only when use_avx2() is true.
+// The PAGELLM_NO_* variables count when set to anything but "" or "0".
 #pragma once
 
 namespace pagellm::kernels {
