@@ -198,23 +198,13 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
       const int64_t r1 = std::min(r_end, r0 + block_rows);
       for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
         const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
-        if (wide) {  // 4-row tiles, one accumulator per output
-          for (int64_t r = r0; r < r1;) {
-            const int rr = r + 4 <= r1 ? 4 : 1;
-            avx512::dot_wide_tile(type, wbase + r * row_bytes, cols, rr, static_cast<const float*>(xa) + t0 * x_stride,
-                                  x_stride, cols, m, out);
-            for (int i = 0; i < rr; ++i)
-              for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r + i] = out[i * m + k];
-            r += rr;
-          }
-          continue;
-        }
-        if (float512) {  // tiles of several rows
-          const int rt = avx512::float_tile_rows(m);
+        if (wide || float512) {  // tiles of several rows (same signature, other arithmetic)
+          const int rt = wide ? 4 : avx512::float_tile_rows(m);
+          const auto dot = wide ? avx512::dot_wide_tile : avx512::dot_float_tile;
           for (int64_t r = r0; r < r1;) {
             const int rr = r + rt <= r1 ? rt : 1;
-            avx512::dot_float_tile(type, wbase + r * row_bytes, cols, rr, static_cast<const float*>(xa) + t0 * x_stride,
-                                   x_stride, cols, m, out);
+            dot(type, wbase + r * row_bytes, cols, rr, static_cast<const float*>(xa) + t0 * x_stride, x_stride, cols, m,
+                out);
             for (int i = 0; i < rr; ++i)
               for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r + i] = out[i * m + k];
             r += rr;

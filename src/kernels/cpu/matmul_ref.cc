@@ -13,6 +13,22 @@
 
 namespace pagellm::kernels {
 namespace ref {
+namespace {
+// Exact integer dot product of one weight block with one q8_0 activation block (Q4_0: q - 8).
+int32_t block_isum(const BlockQ8_0& w, const BlockQ8_0& x) {
+  int32_t isum = 0;
+  for (int j = 0; j < kQK8_0; ++j) isum += static_cast<int32_t>(w.qs[j]) * x.qs[j];
+  return isum;
+}
+int32_t block_isum(const BlockQ4_0& w, const BlockQ8_0& x) {
+  int32_t isum = 0;
+  for (int j = 0; j < kQK4_0 / 2; ++j) {
+    isum += ((w.qs[j] & 0x0F) - 8) * x.qs[j];
+    isum += ((w.qs[j] >> 4) - 8) * x.qs[j + kQK4_0 / 2];
+  }
+  return isum;
+}
+}  // namespace
 
 float dot_f32(const float* w, const float* x, int64_t n) {
   double s = 0.0;
@@ -35,8 +51,7 @@ float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
   float s = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
-    int32_t isum = 0;
-    for (int j = 0; j < kQK8_0; ++j) isum += static_cast<int32_t>(w[b].qs[j]) * x[b].qs[j];
+    const int32_t isum = block_isum(w[b], x[b]);
     s += static_cast<float>(isum) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
   }
   return s;
@@ -70,8 +85,7 @@ float dot_bf16_wide(const uint16_t* w, const float* x, int64_t n) {
 float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
   float s = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
-    int32_t isum = 0;
-    for (int j = 0; j < kQK8_0; ++j) isum += w[b].qs[j] * x[b].qs[j];
+    const int32_t isum = block_isum(w[b], x[b]);
     s = std::fma(static_cast<float>(isum), fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d), s);
   }
   return s;
@@ -80,11 +94,7 @@ float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb)
 float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
   float s = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
-    int32_t isum = 0;
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      isum += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
-      isum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + kQK4_0 / 2];
-    }
+    const int32_t isum = block_isum(w[b], x[b]);
     s = std::fma(static_cast<float>(isum), fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d), s);
   }
   return s;
@@ -93,11 +103,7 @@ float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb)
 float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
   float s = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
-    int32_t isum = 0;
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      isum += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
-      isum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + kQK4_0 / 2];
-    }
+    const int32_t isum = block_isum(w[b], x[b]);
     s += static_cast<float>(isum) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
   }
   return s;
