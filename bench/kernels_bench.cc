@@ -1,9 +1,10 @@
-// Matmul micro-benchmarks: GEMV (num_tokens = 1, decode) and num_tokens = 16 (small prefill
-// chunk) on a 5632 x 2048 weight (TinyLlama's ffn_up: rows = intermediate_size, cols =
-// hidden_size), per weight dtype. Bytes/s counts weight bytes streamed per call, the decode
-// roofline quantity. Args: {dtype id, num_tokens, num_threads, avx512}; avx512 = 0 forces the
-// AVX2 kernels, 2 runs the AVX-512 kernels on repacked rows (repack_weight) (A/B of matmul_avx512.cc in one process:
-// --benchmark_enable_random_interleaving=true --benchmark_repetitions=5).
+// Matmul micro-benchmarks: GEMV (num_tokens = 1, decode), num_tokens = 16 (16 decode streams, or
+// a small prefill chunk) and 64 (prefill) on TinyLlama's FFN shapes: shape 0 = ffn_up / ffn_gate
+// (5632 rows x 2048 cols), 1 = ffn_down (2048 x 5632), per weight dtype. Bytes/s counts weight
+// bytes streamed per call, the decode roofline quantity. Args: {dtype id, num_tokens, num_threads,
+// avx512, shape}; avx512 = 0 forces the AVX2 kernels, 2 runs the AVX-512 kernels on repacked rows
+// (repack_weight). For an A/B in one process: --benchmark_enable_random_interleaving=true
+// --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -19,10 +20,10 @@
 namespace pagellm::kernels {
 namespace {
 
-constexpr int64_t kRows = 5632;
-constexpr int64_t kCols = 2048;
+// {rows, cols}: shape 0 = ffn_up / ffn_gate, 1 = ffn_down (the longest rows).
+constexpr int64_t kShapes[2][2] = {{5632, 2048}, {2048, 5632}};
 
-std::vector<uint8_t> make_weight(GgmlType type) {
+std::vector<uint8_t> make_weight(GgmlType type, int64_t kRows, int64_t kCols) {
   std::mt19937 gen(42);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> row(kCols);
@@ -51,8 +52,9 @@ void BM_Matmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t num_tokens = state.range(1);
   const int num_threads = static_cast<int>(state.range(2));
+  const int64_t kRows = kShapes[state.range(4)][0], kCols = kShapes[state.range(4)][1];
   set_avx512_enabled(state.range(3) != 0);
-  std::vector<uint8_t> w = make_weight(type);
+  std::vector<uint8_t> w = make_weight(type, kRows, kCols);
   WeightView view{type, kRows, kCols, w.data()};
   std::vector<uint8_t> packed;
   if (state.range(3) == 2) {  // repacked rows (WeightLayout::kRepacked16), as LlamaModel loads them
@@ -70,7 +72,7 @@ void BM_Matmul(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRows * kCols * num_tokens * state.iterations(),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(type_name(type) + " M=" + std::to_string(num_tokens) + " threads=" + std::to_string(num_threads) +
+  state.SetLabel(type_name(type) + " " + std::to_string(kRows) + "x" + std::to_string(kCols) + " M=" + std::to_string(num_tokens) + " threads=" + std::to_string(num_threads) +
                  (state.range(3) == 0 ? " avx2-only" : state.range(3) == 2 ? " repacked" : ""));
 }
 
@@ -78,10 +80,12 @@ void matmul_args(benchmark::internal::Benchmark* b) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0}) {
     for (int64_t m : {1, 16, 64}) {
       for (int64_t threads : {1, 2}) {
-        b->Args({static_cast<int64_t>(t), m, threads, 1});
-        if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0});
-        if (cpu_has_avx512_vnni() && (t == GgmlType::Q8_0 || t == GgmlType::Q4_0)) {
-          b->Args({static_cast<int64_t>(t), m, threads, 2});
+        for (int64_t shape : {0, 1}) {
+          b->Args({static_cast<int64_t>(t), m, threads, 1, shape});
+          if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0, shape});
+          if (cpu_has_avx512_vnni() && (t == GgmlType::Q8_0 || t == GgmlType::Q4_0)) {
+            b->Args({static_cast<int64_t>(t), m, threads, 2, shape});
+          }
         }
       }
     }

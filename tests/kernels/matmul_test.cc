@@ -276,7 +276,7 @@ TEST(Matmul, WideEqualsWideReference) {
   Rng rng(81);
   ThreadPool pool(2);
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
-    for (int64_t cols : {256, 263, 300, 2080}) {
+    for (int64_t cols : {256, 263, 300, 1040, 2080, 2095}) {
       const int64_t rows = 39;
       const TestWeights w = make_weights(type, rows, cols, rng);
       for (int64_t num_tokens : {1, 2, 5, 6, 7, 13}) {

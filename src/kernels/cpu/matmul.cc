@@ -5,8 +5,8 @@
 //     tiles x up to 8 tokens, exact per-block integer sums (kernels_avx512.h).
 //   Q8_0/Q4_0 in GGUF layout, AVX-512 VNNI: avx512::dot_*_tile (up to 8 tokens, activations
 //     prepared once per call as PairQ8), bit-identical to the AVX2 tiles (ggml's arithmetic).
-//   F32/F16/BF16, AVX-512, >= 256 columns: avx512::dot_wide_tile (4 rows x up to 6 tokens), one
-//     16-lane accumulator per output (ref::dot_*_wide).
+//   F32/F16/BF16, AVX-512, >= 256 columns: avx512::dot_wide_block (4-row x up to 6-token register
+//     tiles, K in L1-sized chunks), one 16-lane accumulator per output (ref::dot_*_wide).
 //   F32/F16/BF16, AVX-512, narrower: avx512::dot_float_tile (4 rows x up to 2 tokens),
 //     bit-identical to the AVX2 tiles (ggml's arithmetic; the golden tests' small models).
 //   Otherwise the AVX2 tiles (kernels_impl.h), or the scalar ref:: oracles without AVX2.
@@ -35,6 +35,7 @@ namespace pagellm::kernels {
 namespace {
 
 constexpr int64_t kBlockBytes = 64 * 1024;
+constexpr int64_t kWideBlockBytes = 512 * 1024;  // (L2 is 1-2 MiB per core on AVX-512 CPUs)
 static_assert(avx512::kMaxTileTokens >= avx2::kMaxTileTokens);
 
 bool is_quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
@@ -162,9 +163,13 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     xp.resize(static_cast<size_t>(num_tokens * np));
     for (int64_t t = 0; t < num_tokens; ++t) avx512::prepare_pairs(type, xq.data() + t * nb, nb, xp.data() + t * np);
   }
+  // F32/F16/BF16 on AVX-512 CPUs: bit-identical 16-lane tiles with more rows in registers.
+  const bool float512 = simd && !is_quantized(type) && use_avx512_vnni();
+  // ... and for matrices of >= kMinWideCols columns the "wide" arithmetic (kernels_avx512.h).
+  const bool wide = float512 && cols >= avx512::kMinWideCols;
   const avx512::PairQ8* xpa = xp.data();  // (workers see their own thread_local xp)
   thread_local std::vector<float> xr;
-  if (type == GgmlType::F16 || type == GgmlType::BF16) {
+  if ((type == GgmlType::F16 || type == GgmlType::BF16) && !wide) {
     xr.resize(static_cast<size_t>(num_tokens * cols));
     round_activations(type, x, num_tokens * cols, xr.data());
     xa = xr.data();
@@ -172,14 +177,41 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const auto* wbase = static_cast<const uint8_t*>(w.data);
   const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / row_bytes);
   const int64_t xa_elem = is_quantized(type) ? static_cast<int64_t>(sizeof(BlockQ8_0)) : 4;
-  // F32/F16/BF16 on AVX-512 CPUs: bit-identical 16-lane tiles with more rows in registers.
-  const bool float512 = simd && !is_quantized(type) && use_avx512_vnni();
-  // ... and for matrices of >= kMinWideCols columns the "wide" arithmetic (kernels_avx512.h).
-  const bool wide = float512 && cols >= avx512::kMinWideCols;
   const int64_t max_tile = vnni    ? avx512::kMaxTileTokens
                            : wide  ? avx512::kWideTileTokens
                            : float512 ? kFloatTileTokens
                                       : avx2::kMaxTileTokens;
+
+  const bool small = rows * cols * num_tokens < kMinParallelMacs;
+  const bool serial = pool == nullptr || pool->num_threads() == 1 || rows < 2 || small;
+  if (wide) {
+    // Threads own ranges of kWideSubRows-row units; a block of ~kWideBlockBytes of weights stays
+    // in L2 while every token tile visits it.
+    constexpr int64_t kSub = avx512::kWideSubRows;
+    const int64_t units = (rows + kSub - 1) / kSub;
+    const int64_t block_units = std::max<int64_t>(1, kWideBlockBytes / (row_bytes * kSub));
+    thread_local std::vector<float> xw;
+    const int64_t steps = (cols + 15) / 16;
+    xw.resize(static_cast<size_t>(num_tokens * steps * 16 + 16));
+    float* xf = xw.data() + (16 - reinterpret_cast<uintptr_t>(xw.data()) / 4 % 16) % 16;  // 64-byte aligned
+    avx512::pack_wide(type, x, num_tokens, cols, xf);
+    auto run_units = [&](int64_t u0, int64_t u1) {
+      for (int64_t b = u0; b < u1; b += block_units) {
+        const int64_t r0 = b * kSub, r1 = std::min(rows, std::min(u1, b + block_units) * kSub);
+        for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
+          const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
+          avx512::dot_wide_block(type, wbase + r0 * row_bytes, cols, r1 - r0, xf + t0 * steps * 16, cols, m,
+                                 y + t0 * rows + r0, rows);
+        }
+      }
+    };
+    if (serial) {
+      run_units(0, units);
+    } else {
+      pool->parallel_for(units, run_units);
+    }
+    return;
+  }
 
   // y[t0 .. t0 + m, r] -> out[0 .. m).
   auto tile_at = [&](int64_t r, int64_t t0, int m, float* out) {
@@ -193,18 +225,16 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   };
   auto run_rows = [&](int64_t r_begin, int64_t r_end) {
     float out[4 * avx512::kMaxTileTokens];
-    static_assert(avx512::kWideTileTokens <= avx512::kMaxTileTokens);
     for (int64_t r0 = r_begin; r0 < r_end; r0 += block_rows) {
       const int64_t r1 = std::min(r_end, r0 + block_rows);
       for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
         const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
-        if (wide || float512) {  // tiles of several rows (same signature, other arithmetic)
-          const int rt = wide ? 4 : avx512::float_tile_rows(m);
-          const auto dot = wide ? avx512::dot_wide_tile : avx512::dot_float_tile;
+        if (float512) {  // tiles of several rows
+          const int rt = avx512::float_tile_rows(m);
           for (int64_t r = r0; r < r1;) {
             const int rr = r + rt <= r1 ? rt : 1;
-            dot(type, wbase + r * row_bytes, cols, rr, static_cast<const float*>(xa) + t0 * x_stride, x_stride, cols, m,
-                out);
+            avx512::dot_float_tile(type, wbase + r * row_bytes, cols, rr, static_cast<const float*>(xa) + t0 * x_stride,
+                                   x_stride, cols, m, out);
             for (int i = 0; i < rr; ++i)
               for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r + i] = out[i * m + k];
             r += rr;
@@ -221,8 +251,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   // Small products run on the calling thread: waking the pool costs more than the work (and
   // much more on an oversubscribed machine). The result is the same either way: each (token, row)
   // dot product is computed identically whoever runs it.
-  const bool small = rows * cols * num_tokens < kMinParallelMacs;
-  if (pool == nullptr || pool->num_threads() == 1 || rows < 2 || small) {
+  if (serial) {
     run_rows(0, rows);
   } else {
     pool->parallel_for(rows, run_rows);

@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/dtype.h"
@@ -127,13 +128,23 @@ void dispatch(const typename L::T* w, int64_t ws, int r, const float* x, int64_t
 // ---- "wide" arithmetic: one 16-lane accumulator per output ----------------------------------
 // Elements i + l of each step of 16 go to lane l (a last partial step only to its lanes), then
 // the 16 lanes are summed as hsum8(lo + hi). ref::dot_*_wide emulates it.
+//
+// Blocking: the activations of a tile of M tokens are packed step by step (pack_wide: the M
+// vectors of one step of 16 elements are adjacent, so a chunk of K is one contiguous run that
+// stays in L1 without cache-set conflicts), a block of rows is computed in chunks of K
+// (kWideChunk elements) while every 4-row tile of a sub-block of kWideSubRows rows runs over the
+// chunk, and a tile's accumulators are parked in memory between chunks. Each lane still sees its
+// elements in ascending order, so the bits do not depend on the blocking.
+
+// Steps [i0, i1) (multiples of 16) of R rows x M tokens into acc; then, if `last`, the partial
+// step [i1, n) and the reduction into y[k * y_stride + r]. xp: the tile's packed activations.
 template <typename L, int R, int M>
-void wide_tile(const typename L::T* w, int64_t ws, const float* x, int64_t xs, int64_t n, float* out) {
+void wide_chunk(const typename L::T* w, int64_t ws, const float* xp, int64_t i0, int64_t i1, int64_t n, bool first,
+                bool last, __m512* park, float* y, int64_t y_stride) {
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r)
-    for (int k = 0; k < M; ++k) acc[r][k] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
+    for (int k = 0; k < M; ++k) acc[r][k] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * M + k);
+  for (int64_t i = i0; i < i1; i += 16) {
     __m512 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -143,68 +154,113 @@ void wide_tile(const typename L::T* w, int64_t ws, const float* x, int64_t xs, i
       }
       wv[r] = L::load16(wr);
     }
+    const float* xs = xp + i * M;
 #pragma GCC unroll 8
     for (int k = 0; k < M; ++k) {
-      const __m512 xv = _mm512_loadu_ps(x + k * xs + i);
+      const __m512 xv = _mm512_load_ps(xs + k * 16);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
     }
   }
-  if (i < n) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+  if (!last) {
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < M; ++k) _mm512_store_ps(park + r * M + k, acc[r][k]);
+    return;
+  }
+  if (i1 < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i1)) - 1);
     for (int r = 0; r < R; ++r) {
       alignas(64) float wt[16] = {};
-      for (int64_t j = i; j < n; ++j) wt[j - i] = L::scalar(w + r * ws + j);
+      for (int64_t j = i1; j < n; ++j) wt[j - i1] = L::scalar(w + r * ws + j);
       const __m512 wv = _mm512_load_ps(wt);
       for (int k = 0; k < M; ++k) {
-        acc[r][k] = _mm512_mask3_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, x + k * xs + i), acc[r][k], mask);
+        acc[r][k] = _mm512_mask3_fmadd_ps(wv, _mm512_load_ps(xp + i1 * M + k * 16), acc[r][k], mask);
       }
     }
   }
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < M; ++k) {
       const __m256 lo = _mm512_castps512_ps256(acc[r][k]), hi = _mm512_extractf32x8_ps(acc[r][k], 1);
-      out[r * M + k] = hsum8(_mm256_add_ps(lo, hi));
+      y[k * y_stride + r] = hsum8(_mm256_add_ps(lo, hi));
+    }
+  }
+}
+
+template <typename L, int M>
+void wide_block(const typename L::T* w, int64_t ws, int64_t rows, const float* xp, int64_t n, float* y,
+                int64_t y_stride) {
+  const int64_t n16 = n - n % 16;
+  // One token: nothing to keep in L1, the weights stream once (decode).
+  const int64_t chunk = M == 1 ? std::max<int64_t>(n16, 16) : kWideChunk;
+  alignas(64) __m512 park[kWideSubRows * M];
+  for (int64_t s = 0; s < rows; s += kWideSubRows) {
+    const int64_t sub = std::min<int64_t>(kWideSubRows, rows - s);
+    for (int64_t i0 = 0; i0 == 0 || i0 < n16; i0 += chunk) {
+      const int64_t i1 = std::min(n16, i0 + chunk);
+      const bool first = i0 == 0, last = i1 == n16;
+      int64_t r = 0;
+      for (; r + 4 <= sub; r += 4) {
+        wide_chunk<L, 4, M>(w + (s + r) * ws, ws, xp, i0, i1, n, first, last, park + r * M, y + s + r, y_stride);
+      }
+      for (; r < sub; ++r) {
+        wide_chunk<L, 1, M>(w + (s + r) * ws, ws, xp, i0, i1, n, first, last, park + r * M, y + s + r, y_stride);
+      }
     }
   }
 }
 
 template <typename L>
-void dispatch_wide(const typename L::T* w, int64_t ws, int r, const float* x, int64_t xs, int64_t n, int m, float* out) {
-  if (r == 4) {
-    switch (m) {
-      case 1: return wide_tile<L, 4, 1>(w, ws, x, xs, n, out);
-      case 2: return wide_tile<L, 4, 2>(w, ws, x, xs, n, out);
-      case 3: return wide_tile<L, 4, 3>(w, ws, x, xs, n, out);
-      case 4: return wide_tile<L, 4, 4>(w, ws, x, xs, n, out);
-      case 5: return wide_tile<L, 4, 5>(w, ws, x, xs, n, out);
-      case 6: return wide_tile<L, 4, 6>(w, ws, x, xs, n, out);
-    }
-  }
-  PAGELLM_CHECK(r == 1 && m >= 1 && m <= kWideTileTokens, "wide tile: unsupported shape");
+void dispatch_wide(const typename L::T* w, int64_t ws, int64_t rows, const float* xp, int64_t n, int m, float* y,
+                   int64_t y_stride) {
   switch (m) {
-    case 1: return wide_tile<L, 1, 1>(w, ws, x, xs, n, out);
-    case 2: return wide_tile<L, 1, 2>(w, ws, x, xs, n, out);
-    case 3: return wide_tile<L, 1, 3>(w, ws, x, xs, n, out);
-    case 4: return wide_tile<L, 1, 4>(w, ws, x, xs, n, out);
-    case 5: return wide_tile<L, 1, 5>(w, ws, x, xs, n, out);
-    case 6: return wide_tile<L, 1, 6>(w, ws, x, xs, n, out);
+    case 1: return wide_block<L, 1>(w, ws, rows, xp, n, y, y_stride);
+    case 2: return wide_block<L, 2>(w, ws, rows, xp, n, y, y_stride);
+    case 3: return wide_block<L, 3>(w, ws, rows, xp, n, y, y_stride);
+    case 4: return wide_block<L, 4>(w, ws, rows, xp, n, y, y_stride);
+    case 5: return wide_block<L, 5>(w, ws, rows, xp, n, y, y_stride);
+    case 6: return wide_block<L, 6>(w, ws, rows, xp, n, y, y_stride);
   }
-  __builtin_unreachable();
+  PAGELLM_CHECK(false, "wide block: unsupported number of tokens");
 }
 
 }  // namespace
 
-void dot_wide_tile(GgmlType type, const void* w, int64_t w_stride, int r, const float* x, int64_t x_stride, int64_t n,
-                   int m, float* out) {
+void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out) {
+  const int64_t steps = (n + 15) / 16;
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += kWideTileTokens) {
+    const int m = static_cast<int>(std::min<int64_t>(kWideTileTokens, num_tokens - t0));
+    float* tile = out + t0 * steps * 16;
+    for (int k = 0; k < m; ++k) {
+      const float* xk = x + (t0 + k) * n;
+      for (int64_t j = 0; j < steps; ++j) {
+        const int64_t len = std::min<int64_t>(16, n - 16 * j);
+        const __mmask16 mask = static_cast<__mmask16>((1u << len) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(mask, xk + 16 * j);
+        if (type == GgmlType::F16) {  // F16C rounds to nearest even, as fp32_to_fp16
+          v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        } else if (type == GgmlType::BF16) {
+          alignas(64) float lanes[16];
+          _mm512_store_ps(lanes, v);
+          for (float& f : lanes) f = bf16_to_fp32(fp32_to_bf16(f));
+          v = _mm512_load_ps(lanes);
+        }
+        _mm512_store_ps(tile + (j * m + k) * 16, v);
+      }
+    }
+  }
+}
+
+void dot_wide_block(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n, int m,
+                    float* y, int64_t y_stride) {
   switch (type) {
-    case GgmlType::F32: return dispatch_wide<F32W>(static_cast<const float*>(w), w_stride, r, x, x_stride, n, m, out);
-    case GgmlType::F16: return dispatch_wide<F16W>(static_cast<const uint16_t*>(w), w_stride, r, x, x_stride, n, m, out);
+    case GgmlType::F32: return dispatch_wide<F32W>(static_cast<const float*>(w), w_stride, rows, xp, n, m, y, y_stride);
+    case GgmlType::F16:
+      return dispatch_wide<F16W>(static_cast<const uint16_t*>(w), w_stride, rows, xp, n, m, y, y_stride);
     case GgmlType::BF16:
-      return dispatch_wide<BF16W>(static_cast<const uint16_t*>(w), w_stride, r, x, x_stride, n, m, out);
+      return dispatch_wide<BF16W>(static_cast<const uint16_t*>(w), w_stride, rows, xp, n, m, y, y_stride);
     default: break;
   }
-  PAGELLM_CHECK(false, "dot_wide_tile: " + type_name(type));
+  PAGELLM_CHECK(false, "dot_wide_block: " + type_name(type));
 }
 
 int float_tile_rows(int m) { return m <= 2 ? 4 : 1; }
