@@ -48,17 +48,18 @@ void dot_float_tile(GgmlType type, const void* w, int64_t w_stride, int r, const
 // S = ceil(n / 16) steps, and holds for each step j and token k the 16 floats of elements
 // 16j .. 16j + 15 at (j * m + k) * 16 (zero past n). out: num_tokens * S * 16 floats, 64-byte
 // aligned.
-// dot_wide_block: `rows` rows (row i at w + i * w_stride elements) x one packed tile of m tokens
-// (xp), n elements per row -> y[k * y_stride + i]. Computed in sub-blocks of kWideSubRows rows
-// and chunks of kWideChunk elements (accumulators parked between chunks); the bits do not depend
-// on this blocking.
+// dot_wide_rows: `rows` rows (row i at w + i * w_stride elements) x num_tokens packed tokens (xp,
+// from pack_wide), n elements per row -> y[t * y_stride + i]. Computed in sub-blocks of
+// kWideSubRows rows (kept in L2 while every token tile runs over them, the next one prefetched
+// meanwhile) and chunks of kWideChunk elements (the tile's activations in L1, accumulators parked
+// between chunks); the bits do not depend on this blocking.
 constexpr int64_t kMinWideCols = 256;
 constexpr int kWideTileTokens = 6;
 constexpr int kWideSubRows = 16;
 constexpr int64_t kWideChunk = 1024;  // 6 tokens x 4 KiB of f32 activations
 void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
-void dot_wide_block(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n, int m,
-                    float* y, int64_t y_stride);
+void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
+                   int64_t num_tokens, float* y, int64_t y_stride);
 
 // ---- repacked weights (WeightLayout::kRepacked16, made by repack.cc; matmul_r16_avx512.cc) ----
 // Rows in tiles of kR16Rows; tile i (rows 16i .. 16i + 15) occupies the bytes of those 16 GGUF

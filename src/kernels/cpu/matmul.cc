@@ -5,8 +5,9 @@
 //     tiles x up to 8 tokens, exact per-block integer sums (kernels_avx512.h).
 //   Q8_0/Q4_0 in GGUF layout, AVX-512 VNNI: avx512::dot_*_tile (up to 8 tokens, activations
 //     prepared once per call as PairQ8), bit-identical to the AVX2 tiles (ggml's arithmetic).
-//   F32/F16/BF16, AVX-512, >= 256 columns: avx512::dot_wide_block (4-row x up to 6-token register
-//     tiles, K in L1-sized chunks), one 16-lane accumulator per output (ref::dot_*_wide).
+//   F32/F16/BF16, AVX-512, >= 256 columns: avx512::dot_wide_rows (4-row x up to 6-token register
+//     tiles, 16-row sub-blocks in L2, K in L1-sized chunks), one 16-lane accumulator per output
+//     (ref::dot_*_wide).
 //   F32/F16/BF16, AVX-512, narrower: avx512::dot_float_tile (4 rows x up to 2 tokens),
 //     bit-identical to the AVX2 tiles (ggml's arithmetic; the golden tests' small models).
 //   Otherwise the AVX2 tiles (kernels_impl.h), or the scalar ref:: oracles without AVX2.
@@ -35,7 +36,6 @@ namespace pagellm::kernels {
 namespace {
 
 constexpr int64_t kBlockBytes = 64 * 1024;
-constexpr int64_t kWideBlockBytes = 512 * 1024;  // (L2 is 1-2 MiB per core on AVX-512 CPUs)
 static_assert(avx512::kMaxTileTokens >= avx2::kMaxTileTokens);
 
 bool is_quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
@@ -185,25 +185,17 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const bool small = rows * cols * num_tokens < kMinParallelMacs;
   const bool serial = pool == nullptr || pool->num_threads() == 1 || rows < 2 || small;
   if (wide) {
-    // Threads own ranges of kWideSubRows-row units; a block of ~kWideBlockBytes of weights stays
-    // in L2 while every token tile visits it.
+    // Threads own ranges of kWideSubRows-row units (see dot_wide_rows for the blocking inside).
     constexpr int64_t kSub = avx512::kWideSubRows;
     const int64_t units = (rows + kSub - 1) / kSub;
-    const int64_t block_units = std::max<int64_t>(1, kWideBlockBytes / (row_bytes * kSub));
     thread_local std::vector<float> xw;
     const int64_t steps = (cols + 15) / 16;
     xw.resize(static_cast<size_t>(num_tokens * steps * 16 + 16));
     float* xf = xw.data() + (16 - reinterpret_cast<uintptr_t>(xw.data()) / 4 % 16) % 16;  // 64-byte aligned
     avx512::pack_wide(type, x, num_tokens, cols, xf);
     auto run_units = [&](int64_t u0, int64_t u1) {
-      for (int64_t b = u0; b < u1; b += block_units) {
-        const int64_t r0 = b * kSub, r1 = std::min(rows, std::min(u1, b + block_units) * kSub);
-        for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tile) {
-          const int m = static_cast<int>(std::min<int64_t>(max_tile, num_tokens - t0));
-          avx512::dot_wide_block(type, wbase + r0 * row_bytes, cols, r1 - r0, xf + t0 * steps * 16, cols, m,
-                                 y + t0 * rows + r0, rows);
-        }
-      }
+      const int64_t r0 = u0 * kSub, r1 = std::min(rows, u1 * kSub);
+      avx512::dot_wide_rows(type, wbase + r0 * row_bytes, cols, r1 - r0, xf, cols, num_tokens, y + r0, rows);
     };
     if (serial) {
       run_units(0, units);

@@ -140,16 +140,17 @@ void dispatch(const typename L::T* w, int64_t ws, int r, const float* x, int64_t
 // step [i1, n) and the reduction into y[k * y_stride + r]. xp: the tile's packed activations.
 template <typename L, int R, int M>
 void wide_chunk(const typename L::T* w, int64_t ws, const float* xp, int64_t i0, int64_t i1, int64_t n, bool first,
-                bool last, __m512* park, float* y, int64_t y_stride) {
+                bool last, __m512* park, float* y, int64_t y_stride, bool stream, const char* pf, int64_t pf_lines) {
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r)
     for (int k = 0; k < M; ++k) acc[r][k] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * M + k);
   for (int64_t i = i0; i < i1; i += 16) {
+    if ((i - i0) / 16 < pf_lines) _mm_prefetch(pf + (i - i0) / 16 * 64, _MM_HINT_T1);
     __m512 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const typename L::T* wr = w + r * ws + i;
-      if (i % (64 / sizeof(typename L::T)) == 0) {
+      if (stream && i % (64 / sizeof(typename L::T)) == 0) {
         _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetchBytes, _MM_HINT_T0);
       }
       wv[r] = L::load16(wr);
@@ -186,41 +187,62 @@ void wide_chunk(const typename L::T* w, int64_t ws, const float* xp, int64_t i0,
   }
 }
 
+// One sub-block (sub <= kWideSubRows rows) x one packed tile of M tokens. `stream`: the rows come
+// from DRAM now (prefetch ahead in each row); pf: prefetch pf_lines lines from there into L2,
+// spread over the steps.
 template <typename L, int M>
-void wide_block(const typename L::T* w, int64_t ws, int64_t rows, const float* xp, int64_t n, float* y,
-                int64_t y_stride) {
+void wide_sub(const typename L::T* w, int64_t ws, int64_t sub, const float* xp, int64_t n, float* y, int64_t y_stride,
+              bool stream, const char*& pf, int64_t& pf_lines) {
   const int64_t n16 = n - n % 16;
   // One token: nothing to keep in L1, the weights stream once (decode).
   const int64_t chunk = M == 1 ? std::max<int64_t>(n16, 16) : kWideChunk;
   alignas(64) __m512 park[kWideSubRows * M];
-  for (int64_t s = 0; s < rows; s += kWideSubRows) {
-    const int64_t sub = std::min<int64_t>(kWideSubRows, rows - s);
-    for (int64_t i0 = 0; i0 == 0 || i0 < n16; i0 += chunk) {
-      const int64_t i1 = std::min(n16, i0 + chunk);
-      const bool first = i0 == 0, last = i1 == n16;
-      int64_t r = 0;
-      for (; r + 4 <= sub; r += 4) {
-        wide_chunk<L, 4, M>(w + (s + r) * ws, ws, xp, i0, i1, n, first, last, park + r * M, y + s + r, y_stride);
+  for (int64_t i0 = 0; i0 == 0 || i0 < n16; i0 += chunk) {
+    const int64_t i1 = std::min(n16, i0 + chunk);
+    const bool first = i0 == 0, last = i1 == n16;
+    for (int64_t r = 0; r < sub;) {
+      const int64_t lines = std::min(pf_lines, (i1 - i0) / 16);
+      if (r + 4 <= sub) {
+        wide_chunk<L, 4, M>(w + r * ws, ws, xp, i0, i1, n, first, last, park + r * M, y + r, y_stride, stream, pf, lines);
+        r += 4;
+      } else {
+        wide_chunk<L, 1, M>(w + r * ws, ws, xp, i0, i1, n, first, last, park + r * M, y + r, y_stride, stream, pf, lines);
+        r += 1;
       }
-      for (; r < sub; ++r) {
-        wide_chunk<L, 1, M>(w + (s + r) * ws, ws, xp, i0, i1, n, first, last, park + r * M, y + s + r, y_stride);
-      }
+      pf += lines * 64;
+      pf_lines -= lines;
     }
   }
 }
 
 template <typename L>
-void dispatch_wide(const typename L::T* w, int64_t ws, int64_t rows, const float* xp, int64_t n, int m, float* y,
-                   int64_t y_stride) {
-  switch (m) {
-    case 1: return wide_block<L, 1>(w, ws, rows, xp, n, y, y_stride);
-    case 2: return wide_block<L, 2>(w, ws, rows, xp, n, y, y_stride);
-    case 3: return wide_block<L, 3>(w, ws, rows, xp, n, y, y_stride);
-    case 4: return wide_block<L, 4>(w, ws, rows, xp, n, y, y_stride);
-    case 5: return wide_block<L, 5>(w, ws, rows, xp, n, y, y_stride);
-    case 6: return wide_block<L, 6>(w, ws, rows, xp, n, y, y_stride);
+void wide_rows(const typename L::T* w, int64_t ws, int64_t rows, const float* xp, int64_t n, int64_t num_tokens,
+               float* y, int64_t y_stride) {
+  const int64_t tile_floats = (n + 15) / 16 * 16;  // per token
+  const int64_t tiles = (num_tokens + kWideTileTokens - 1) / kWideTileTokens;
+  for (int64_t s = 0; s < rows; s += kWideSubRows) {
+    const int64_t sub = std::min<int64_t>(kWideSubRows, rows - s);
+    // With several token tiles the sub-block is reread from L2 per tile; meanwhile the next
+    // sub-block is prefetched into L2. With one tile the rows stream (prefetch ahead in the row).
+    const char* pf = reinterpret_cast<const char*>(w + (s + sub) * ws);
+    const int64_t next_rows = std::min<int64_t>(kWideSubRows, rows - s - sub);
+    int64_t pf_lines = tiles > 1 ? (next_rows * ws * static_cast<int64_t>(sizeof(typename L::T)) + 63) / 64 : 0;
+    const bool stream = tiles == 1 || s == 0;
+    for (int64_t t0 = 0; t0 < num_tokens; t0 += kWideTileTokens) {
+      const int m = static_cast<int>(std::min<int64_t>(kWideTileTokens, num_tokens - t0));
+      const float* xt = xp + t0 * tile_floats;
+      float* yt = y + t0 * y_stride + s;
+      const typename L::T* ws0 = w + s * ws;
+      switch (m) {
+        case 1: wide_sub<L, 1>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 2: wide_sub<L, 2>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 3: wide_sub<L, 3>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 4: wide_sub<L, 4>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 5: wide_sub<L, 5>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        default: wide_sub<L, 6>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+      }
+    }
   }
-  PAGELLM_CHECK(false, "wide block: unsupported number of tokens");
 }
 
 }  // namespace
@@ -250,17 +272,18 @@ void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, flo
   }
 }
 
-void dot_wide_block(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n, int m,
-                    float* y, int64_t y_stride) {
+void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
+                   int64_t num_tokens, float* y, int64_t y_stride) {
   switch (type) {
-    case GgmlType::F32: return dispatch_wide<F32W>(static_cast<const float*>(w), w_stride, rows, xp, n, m, y, y_stride);
+    case GgmlType::F32:
+      return wide_rows<F32W>(static_cast<const float*>(w), w_stride, rows, xp, n, num_tokens, y, y_stride);
     case GgmlType::F16:
-      return dispatch_wide<F16W>(static_cast<const uint16_t*>(w), w_stride, rows, xp, n, m, y, y_stride);
+      return wide_rows<F16W>(static_cast<const uint16_t*>(w), w_stride, rows, xp, n, num_tokens, y, y_stride);
     case GgmlType::BF16:
-      return dispatch_wide<BF16W>(static_cast<const uint16_t*>(w), w_stride, rows, xp, n, m, y, y_stride);
+      return wide_rows<BF16W>(static_cast<const uint16_t*>(w), w_stride, rows, xp, n, num_tokens, y, y_stride);
     default: break;
   }
-  PAGELLM_CHECK(false, "dot_wide_block: " + type_name(type));
+  PAGELLM_CHECK(false, "dot_wide_rows: " + type_name(type));
 }
 
 int float_tile_rows(int m) { return m <= 2 ? 4 : 1; }
