@@ -97,4 +97,16 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   });
 }
 
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  std::atomic<int64_t> next{0};
+  run([&](int, int) {
+    for (int64_t b = next.fetch_add(grain, std::memory_order_relaxed); b < n;
+         b = next.fetch_add(grain, std::memory_order_relaxed)) {
+      fn(b, std::min(n, b + grain));
+    }
+  });
+}
+
 }  // namespace pagellm

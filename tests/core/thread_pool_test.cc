@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <numeric>
@@ -64,6 +65,27 @@ TEST(ThreadPool, ParallelForCoversRangeOnce) {
 }
 
 // Destroying a pool whose workers sleep (or never ran a job) returns.
+// Chunks taken from the shared counter cover [0, n) exactly once, with chunks of `grain` (the
+// last one shorter), for grains smaller, equal to and larger than n.
+TEST(ThreadPool, ParallelForDynamicCoversRangeOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 7, 1000}) {
+      for (int64_t grain : {0, 1, 3, 64, 5000}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<int> bad_chunks{0};
+        pool.parallel_for_dynamic(n, grain, [&](int64_t b, int64_t e) {
+          const int64_t g = std::max<int64_t>(1, grain);
+          if (b % g != 0 || e - b > g || (e - b < g && e != n) || e <= b) bad_chunks.fetch_add(1);
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+        });
+        EXPECT_EQ(bad_chunks.load(), 0) << "threads=" << threads << " n=" << n << " grain=" << grain;
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "i=" << i << " grain=" << grain;
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, DestroyIdleAndSleeping) {
   { ThreadPool never_used(4); }
   ThreadPool pool(2);

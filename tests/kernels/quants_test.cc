@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernels_avx512.h"
 #include "kernels_test_util.h"
 
 namespace pagellm::kernels {
@@ -139,6 +141,28 @@ TEST(Quants, QuantizeDequantizeErrorBound) {
       EXPECT_LE(std::fabs(x[i] - d8[i]), amax / 127 * 0.5f + amax * 0x1p-11f * 1.01f + amax * 1e-6f) << i;
       const bool clamped = std::fabs(x[i]) > amax * (7.5f / 8.0f);
       EXPECT_LE(std::fabs(x[i] - d4[i]), amax / 8 * (clamped ? 1.0f : 0.5f) + amax * 0x1p-11f * 1.01f + amax * 1e-6f) << i;
+    }
+  }
+}
+
+// The vectorised activation quantizer matmul uses on AVX-512 CPUs equals the scalar one bit for
+// bit: random blocks of several ranges, an all-zero block, and blocks whose scaled values land
+// exactly on .5 (round half to even).
+TEST(Quants, Q8_0ActivationsAvx512EqualsScalar) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512: the vectorised quantizer is never used";
+  Rng rng(17);
+  for (float range : {1e-3f, 1.0f, 300.0f}) {
+    std::vector<float> x = rng.vec(32 * 37, -range, range);
+    std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // block 2: zero
+    // Block 3: amax 127/16, so id = 16 and x * id = j - 15.5 exactly: every value a tie.
+    for (int j = 0; j < 31; ++j) x[96 + j] = (j - 15.5f) / 16.0f;
+    x[96 + 31] = 127.0f / 16.0f;
+    std::vector<BlockQ8_0> want(37), got(37);
+    quantize_row_q8_0_activations(x.data(), static_cast<int64_t>(x.size()), want.data());
+    avx512::quantize_q8_0_activations(x.data(), static_cast<int64_t>(x.size()), got.data());
+    for (int b = 0; b < 37; ++b) {
+      ASSERT_EQ(want[b].d, got[b].d) << "block " << b << " range " << range;
+      ASSERT_EQ(std::memcmp(want[b].qs, got[b].qs, 32), 0) << "block " << b << " range " << range;
     }
   }
 }

@@ -20,6 +20,9 @@ struct alignas(64) PairQ8 {
   float d[16];
 };
 
+// quantize_row_q8_0_activations (ops.h) vectorised, bit-identical for finite x (n % 32 == 0).
+void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y);
+
 // xq: [nb] activation blocks of one token -> out: [(nb + 1) / 2] pairs for `weight_type`.
 void prepare_pairs(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, PairQ8* out);
 

@@ -12,12 +12,13 @@
 //     bit-identical to the AVX2 tiles (ggml's arithmetic; the golden tests' small models).
 //   Otherwise the AVX2 tiles (kernels_impl.h), or the scalar ref:: oracles without AVX2.
 //
-// Work split (batch invariance): threads own contiguous ranges of output rows; inside a range,
-// rows are walked in blocks that stay in cache while every token visits them, tokens in tiles
-// of up to kMaxTileTokens. Each y[t, r] is one call-independent dot product (kernels_impl.h), so
-// neither num_tokens, nor the other rows of x, nor the thread count changes a single bit.
+// Work split (batch invariance): threads take contiguous chunks of output rows from a shared
+// counter (ThreadPool::parallel_for_dynamic, ~8 chunks per thread); inside a chunk, rows are
+// walked in blocks that stay in cache while every token visits them, tokens in tiles of up to
+// kMaxTileTokens. Each y[t, r] is one call-independent dot product (kernels_impl.h), so neither
+// num_tokens, nor the other rows of x, nor the thread count or chunking changes a single bit.
 //
-//   for each thread's rows [r_begin, r_end):
+//   for each chunk of rows [r_begin, r_end) a thread takes:
 //     for each row block [r0, r1) of ~kBlockBytes weight bytes:
 //       for each token tile [t0, t0 + m):
 //         for r in [r0, r1):  y[t0 .. t0+m, r] = tile_dot(w[r], x[t0 .. t0+m])
@@ -85,6 +86,12 @@ constexpr int64_t kFloatTileTokens = 2;
 // Below this many multiply-adds a matmul is not split across threads.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
+// Work units per chunk handed to a free thread: ~8 chunks per thread, so a thread whose CPU is
+// slower (another tenant on a shared VM) takes fewer of them instead of holding everyone up.
+int64_t dynamic_grain(int64_t units, const ThreadPool* pool) {
+  return std::max<int64_t>(1, units / (8 * pool->num_threads()));
+}
+
 // WeightLayout::kRepacked16: threads own contiguous ranges of 16-row tiles (the rows after the
 // last tile, in GGUF layout, go to the last thread with the scalar block-sum code); inside a
 // tile every token tile of up to 8 tokens reuses the tile's weights from cache.
@@ -125,7 +132,7 @@ void matmul_repacked(const WeightView& w, const BlockQ8_0* xq, int64_t num_token
   if (pool == nullptr || pool->num_threads() == 1 || units < 2 || rows * w.cols * num_tokens < kMinParallelMacs) {
     run_units(0, units);
   } else {
-    pool->parallel_for(units, run_units);
+    pool->parallel_for_dynamic(units, dynamic_grain(units, pool), run_units);
   }
 }
 
@@ -153,7 +160,13 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   if (is_quantized(type)) {
     x_stride = cols / kQK8_0;
     xq.resize(static_cast<size_t>(num_tokens * x_stride));
-    for (int64_t t = 0; t < num_tokens; ++t) quantize_row_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      if (simd && use_avx512_vnni()) {
+        avx512::quantize_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
+      } else {
+        quantize_row_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
+      }
+    }
     xa = xq.data();
   }
   // Repacked weights run only on the VNNI tiles (even if those were switched off since).
@@ -200,7 +213,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     if (serial) {
       run_units(0, units);
     } else {
-      pool->parallel_for(units, run_units);
+      pool->parallel_for_dynamic(units, dynamic_grain(units, pool), run_units);
     }
     return;
   }
@@ -246,7 +259,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   if (serial) {
     run_rows(0, rows);
   } else {
-    pool->parallel_for(rows, run_rows);
+    pool->parallel_for_dynamic(rows, std::max(block_rows, dynamic_grain(rows, pool)), run_rows);
   }
 }
 

@@ -162,4 +162,19 @@ void dot_q8_0_tile(const BlockQ8_0* w, const PairQ8* x, int64_t xs, int64_t nb, 
 void dot_q4_0_tile(const BlockQ4_0* w, const PairQ8* x, int64_t xs, int64_t nb, int m, float* out) {
   dispatch<Q4W>(w, x, xs, nb, m, out);
 }
+void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y) {
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    const float* xb = x + b * kQK8_0;
+    const __m512 lo = _mm512_loadu_ps(xb), hi = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    y[b].d = fp32_to_fp16(amax / 127.0f);
+    const __m512 vid = _mm512_set1_ps(id);
+    // cvtps2dq rounds to nearest even (the default MXCSR mode), as std::nearbyint.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(lo, vid))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(hi, vid))));
+  }
+}
+
 }  // namespace pagellm::kernels::avx512
