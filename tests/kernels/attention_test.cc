@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernels_impl.h"
 #include "kernels_test_util.h"
 
 namespace pagellm::kernels {
@@ -194,6 +196,26 @@ INSTANTIATE_TEST_SUITE_P(
       return type_name(c.dtype) + "_h" + std::to_string(c.num_heads) + "_kv" + std::to_string(c.num_kv_heads) + "_d" +
              std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size);
     });
+
+// paged_attention scores up to 4 keys in consecutive slots with one AVX2 tile, q as the tile's
+// row: each score must equal avx2::dot_f32(key, q) bit for bit (what a key alone gets), for
+// head sizes with and without 8- and 32-element tails.
+TEST(Attention, QkTileEqualsPerKeyDot) {
+  if (!use_avx2()) GTEST_SKIP() << "no AVX2: attention uses the scalar dot products";
+  Rng rng(5);
+  for (int64_t hd : {8, 40, 64, 100, 128}) {
+    const int64_t row = 3 * hd;  // 3 kv heads per slot
+    const std::vector<float> q = rng.vec(hd, -2.0f, 2.0f), keys = rng.vec(4 * row, -2.0f, 2.0f);
+    for (int m = 1; m <= avx2::kMaxTileTokens; ++m) {
+      float d[avx2::kMaxTileTokens];
+      avx2::dot_f32_tile(q.data(), keys.data() + hd, row, hd, m, d);
+      for (int i = 0; i < m; ++i) {
+        const float want = avx2::dot_f32(keys.data() + i * row + hd, q.data(), hd);
+        ASSERT_EQ(std::memcmp(&d[i], &want, 4), 0) << "hd " << hd << " m " << m << " key " << i;
+      }
+    }
+  }
+}
 
 TEST(WriteKv, F16IsRoundToNearestEvenAndSlotsAreExact) {
   Rng rng(5);

@@ -7,7 +7,8 @@
 // Example: block_size 16, block table [7, 2]: key 20 -> block 2, offset 4 -> slot 36.
 //
 // Every (token, head) pair is computed alone, keys in order 0..pos, so results do not depend on
-// the batch or the threads; pairs are dealt to threads round-robin (causal rows differ in length).
+// the batch or the threads; (token, kv head) units are dealt to threads round-robin (causal rows
+// differ in length).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -35,7 +36,6 @@ int64_t elem_bytes(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
 // One attention problem: query head `q` against kv head `kvh` of keys [0, pos] of one sequence.
 struct Problem {
   const float* q;            // [head_dim]
-  const int32_t* table;      // [max_blocks_per_seq]
   int64_t pos;
   int64_t kvh;
   float* out;                // [head_dim]
@@ -50,29 +50,39 @@ int64_t slot_of(const KvLayerView& kv, const int32_t* table, int64_t j) {
   return slot;
 }
 
+// offsets[j]: element offset of key j's slot (slot * num_kv_heads * head_dim), shared by every
+// head of the token.
 template <bool kSimd>
-void attend(const KvLayerView& kv, const Problem& p, float scale, std::vector<float>& scores,
-            std::vector<int64_t>& offsets) {
+void attend(const KvLayerView& kv, const Problem& p, float scale, const std::vector<int64_t>& offsets,
+            std::vector<float>& scores) {
   const int64_t hd = kv.head_dim;
-  const int64_t row = kv.num_kv_heads * hd;  // elements per slot
   const bool f16 = kv.dtype == GgmlType::F16;
   const int64_t n = p.pos + 1;
   scores.resize(static_cast<size_t>(n));
-  offsets.resize(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) offsets[j] = slot_of(kv, p.table, j) * row + p.kvh * hd;  // elements
-  const auto* k32 = static_cast<const float*>(kv.k);
-  const auto* k16 = static_cast<const uint16_t*>(kv.k);
+  const auto* k32 = static_cast<const float*>(kv.k) + p.kvh * hd;
+  const auto* k16 = static_cast<const uint16_t*>(kv.k) + p.kvh * hd;
 
   float max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
-    float d;
+  const int64_t row = kv.num_kv_heads * hd;  // elements per slot
+  for (int64_t j = 0; j < n;) {
+    float d[avx2::kMaxTileTokens];
+    int m = 1;
     if constexpr (kSimd) {
-      d = f16 ? avx2::dot_f16(k16 + offsets[j], p.q, hd) : avx2::dot_f32(k32 + offsets[j], p.q, hd);
+      if (f16) {
+        d[0] = avx2::dot_f16(k16 + offsets[j], p.q, hd);
+      } else {
+        // Up to 4 keys in consecutive slots in one tile, q as the tile's "weight" row: each
+        // d[i] = avx2::dot_f32(k_{j+i}, q) bit for bit (the same FMAs with operands swapped).
+        while (m < avx2::kMaxTileTokens && j + m < n && offsets[j + m] == offsets[j] + m * row) ++m;
+        avx2::dot_f32_tile(p.q, k32 + offsets[j], row, hd, m, d);
+      }
     } else {
-      d = f16 ? ref::dot_f16(k16 + offsets[j], p.q, hd) : ref::dot_f32(k32 + offsets[j], p.q, hd);
+      d[0] = f16 ? ref::dot_f16(k16 + offsets[j], p.q, hd) : ref::dot_f32(k32 + offsets[j], p.q, hd);
     }
-    scores[j] = d * scale;
-    max = std::fmax(max, scores[j]);
+    for (int i = 0; i < m; ++i, ++j) {
+      scores[j] = d[i] * scale;
+      max = std::fmax(max, scores[j]);
+    }
   }
   double sum = 0.0;
   for (int64_t j = 0; j < n; ++j) {
@@ -83,17 +93,18 @@ void attend(const KvLayerView& kv, const Problem& p, float scale, std::vector<fl
   for (int64_t j = 0; j < n; ++j) scores[j] *= inv;  // the weights a_j
   if constexpr (kSimd) {
     if (f16) {
-      avx2::pv_accumulate_f16(static_cast<const uint16_t*>(kv.v), offsets.data(), n, scores.data(), hd, p.out);
+      avx2::pv_accumulate_f16(static_cast<const uint16_t*>(kv.v) + p.kvh * hd, offsets.data(), n, scores.data(), hd,
+                              p.out);
     } else {
-      avx2::pv_accumulate_f32(static_cast<const float*>(kv.v), offsets.data(), n, scores.data(), hd, p.out);
+      avx2::pv_accumulate_f32(static_cast<const float*>(kv.v) + p.kvh * hd, offsets.data(), n, scores.data(), hd, p.out);
     }
   } else {
     std::fill(p.out, p.out + hd, 0.0f);
     for (int64_t j = 0; j < n; ++j) {
       const float a = scores[j];
       for (int64_t i = 0; i < hd; ++i) {
-        const float vi = f16 ? fp16_to_fp32(static_cast<const uint16_t*>(kv.v)[offsets[j] + i])
-                             : static_cast<const float*>(kv.v)[offsets[j] + i];
+        const int64_t o = offsets[j] + p.kvh * hd + i;
+        const float vi = f16 ? fp16_to_fp32(static_cast<const uint16_t*>(kv.v)[o]) : static_cast<const float*>(kv.v)[o];
         p.out[i] += a * vi;
       }
     }
@@ -126,21 +137,32 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   const std::vector<int32_t> seq = seq_of_tokens(kv, b, &num_tokens);
   const int64_t group = num_heads / kv.num_kv_heads;
   const int64_t hd = kv.head_dim;
-  const int64_t num_pairs = num_tokens * num_heads;
+  const int64_t row = kv.num_kv_heads * hd;  // elements per slot
+  // Units of (token, kv head): the key offsets are computed once per unit and serve the `group`
+  // query heads that share the kv head; units are dealt to threads round-robin.
+  const int64_t num_units = num_tokens * kv.num_kv_heads;
   auto work = [&](int thread, int num_threads) {
     std::vector<float> scores;
     std::vector<int64_t> offsets;
-    for (int64_t i = thread; i < num_pairs; i += num_threads) {
-      const int64_t t = i / num_heads, h = i % num_heads;
-      const Problem p{q + (t * num_heads + h) * hd, b.block_tables + seq[t] * b.max_blocks_per_seq, b.positions[t],
-                      h / group, out + (t * num_heads + h) * hd};
-      attend<kSimd>(kv, p, scale, scores, offsets);
+    int64_t offsets_token = -1;
+    for (int64_t u = thread; u < num_units; u += num_threads) {
+      const int64_t t = u / kv.num_kv_heads, g = u % kv.num_kv_heads;
+      const int32_t* table = b.block_tables + seq[t] * b.max_blocks_per_seq;
+      if (offsets_token != t) {
+        offsets.resize(static_cast<size_t>(b.positions[t] + 1));
+        for (int64_t j = 0; j <= b.positions[t]; ++j) offsets[j] = slot_of(kv, table, j) * row;
+        offsets_token = t;
+      }
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        const Problem p{q + (t * num_heads + h) * hd, b.positions[t], g, out + (t * num_heads + h) * hd};
+        attend<kSimd>(kv, p, scale, offsets, scores);
+      }
     }
   };
   // Small batches run on the calling thread (same results; see matmul.cc).
   int64_t macs = 0;
   for (int64_t t = 0; t < num_tokens; ++t) macs += (b.positions[t] + 1) * num_heads * hd * 2;
-  if (pool == nullptr || pool->num_threads() == 1 || num_pairs < 2 || macs < (int64_t{1} << 18)) {
+  if (pool == nullptr || pool->num_threads() == 1 || num_units < 2 || macs < (int64_t{1} << 18)) {
     work(0, 1);
   } else {
     pool->run(work);
