@@ -59,7 +59,7 @@ void dot_float_tile(GgmlType type, const void* w, int64_t w_stride, int r, const
 constexpr int64_t kMinWideCols = 256;
 constexpr int kWideTileTokens = 6;
 constexpr int kWideSubRows = 16;
-constexpr int64_t kWideChunk = 1024;  // 6 tokens x 4 KiB of f32 activations
+constexpr int64_t kWideChunk = 2048;  // (512, 1024, 2048, whole rows: 2048 and up best on TinyLlama)
 void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
 void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
                    int64_t num_tokens, float* y, int64_t y_stride);

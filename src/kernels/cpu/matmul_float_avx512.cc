@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -136,32 +137,83 @@ void dispatch(const typename L::T* w, int64_t ws, int r, const float* x, int64_t
 // chunk, and a tile's accumulators are parked in memory between chunks. Each lane still sees its
 // elements in ascending order, so the bits do not depend on the blocking.
 
+// Where a wide tile reads its R weight rows: in the file's layout (RowsAt), or from a sub-block
+// converted to f32 and packed step by step (Packed: the R vectors of one step of 16 elements are
+// adjacent, zero past n). Both give the same values, so the same bits.
+template <typename L>
+struct RowsAt {
+  using T = typename L::T;
+  static constexpr bool kPacked = false;
+  const T* w;
+  int64_t ws;
+  // Elements i .. i + 15 of row r, with p = at(i).
+  const T* at(int64_t i) const { return w + i; }
+  static constexpr int64_t kStep = 16;  // elements of p per step
+  __m512 load(const T* p, int r) const { return L::load16(p + r * ws); }
+  const char* addr(const T* p, int r) const { return reinterpret_cast<const char*>(p + r * ws); }
+  __m512 tail(int r, int64_t i1, int64_t n) const {
+    alignas(64) float wt[16] = {};
+    for (int64_t j = i1; j < n; ++j) wt[j - i1] = L::scalar(w + r * ws + j);
+    return _mm512_load_ps(wt);
+  }
+};
+template <int R>
+struct Packed {
+  using T = float;
+  static constexpr bool kPacked = true;
+  const float* ap;  // the tile's rows: step j, row r at ap + (j * R + r) * 16
+  const float* at(int64_t i) const { return ap + i * R; }
+  static constexpr int64_t kStep = 16 * R;
+  __m512 load(const float* p, int r) const { return _mm512_load_ps(p + r * 16); }
+  const char* addr(const float*, int) const { return nullptr; }
+  __m512 tail(int r, int64_t i1, int64_t) const { return load(at(i1), r); }
+};
+
 // Steps [i0, i1) (multiples of 16) of R rows x M tokens into acc; then, if `last`, the partial
 // step [i1, n) and the reduction into y[k * y_stride + r]. xp: the tile's packed activations.
-template <typename L, int R, int M>
-void wide_chunk(const typename L::T* w, int64_t ws, const float* xp, int64_t i0, int64_t i1, int64_t n, bool first,
-                bool last, __m512* park, float* y, int64_t y_stride, bool stream, const char* pf, int64_t pf_lines) {
-  __m512 acc[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int k = 0; k < M; ++k) acc[r][k] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * M + k);
-  for (int64_t i = i0; i < i1; i += 16) {
-    if ((i - i0) / 16 < pf_lines) _mm_prefetch(pf + (i - i0) / 16 * 64, _MM_HINT_T1);
+// `stream`: the rows come from DRAM now (prefetch ahead in each row); pf: prefetch pf_lines
+// lines from there into L2, one per step.
+template <typename A, int R, int M, bool kStream, bool kPf>
+inline void wide_steps(const A& a, const typename A::T*& wp, const float*& xs, int64_t steps, const char*& pf,
+                       __m512 (&acc)[R][M]) {
+  for (int64_t st = 0; st < steps; ++st) {
+    if constexpr (kPf) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      pf += 64;
+    }
     __m512 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const typename L::T* wr = w + r * ws + i;
-      if (stream && i % (64 / sizeof(typename L::T)) == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetchBytes, _MM_HINT_T0);
+      if constexpr (kStream) {
+        if (st % (64 / (16 * sizeof(typename A::T))) == 0) _mm_prefetch(a.addr(wp, r) + kPrefetchBytes, _MM_HINT_T0);
       }
-      wv[r] = L::load16(wr);
+      wv[r] = a.load(wp, r);
     }
-    const float* xs = xp + i * M;
 #pragma GCC unroll 8
     for (int k = 0; k < M; ++k) {
       const __m512 xv = _mm512_load_ps(xs + k * 16);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
     }
+    wp += A::kStep;
+    xs += M * 16;
+  }
+}
+
+template <typename A, int R, int M>
+void wide_chunk(const A& a, const float* xp, int64_t i0, int64_t i1, int64_t n, bool first, bool last, __m512* park,
+                float* y, int64_t y_stride, bool stream, const char* pf, int64_t pf_lines) {
+  __m512 acc[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < M; ++k) acc[r][k] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * M + k);
+  const typename A::T* wp = a.at(i0);
+  const float* xs = xp + i0 * M;
+  const int64_t steps = (i1 - i0) / 16, pf_steps = std::min(pf_lines, steps);
+  if (!A::kPacked && stream) {
+    wide_steps<A, R, M, !A::kPacked, false>(a, wp, xs, steps, pf, acc);
+  } else {
+    wide_steps<A, R, M, false, true>(a, wp, xs, pf_steps, pf, acc);
+    wide_steps<A, R, M, false, false>(a, wp, xs, steps - pf_steps, pf, acc);
   }
   if (!last) {
     for (int r = 0; r < R; ++r)
@@ -171,9 +223,7 @@ void wide_chunk(const typename L::T* w, int64_t ws, const float* xp, int64_t i0,
   if (i1 < n) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (n - i1)) - 1);
     for (int r = 0; r < R; ++r) {
-      alignas(64) float wt[16] = {};
-      for (int64_t j = i1; j < n; ++j) wt[j - i1] = L::scalar(w + r * ws + j);
-      const __m512 wv = _mm512_load_ps(wt);
+      const __m512 wv = a.tail(r, i1, n);
       for (int k = 0; k < M; ++k) {
         acc[r][k] = _mm512_mask3_fmadd_ps(wv, _mm512_load_ps(xp + i1 * M + k * 16), acc[r][k], mask);
       }
@@ -187,13 +237,37 @@ void wide_chunk(const typename L::T* w, int64_t ws, const float* xp, int64_t i0,
   }
 }
 
-// One sub-block (sub <= kWideSubRows rows) x one packed tile of M tokens. `stream`: the rows come
-// from DRAM now (prefetch ahead in each row); pf: prefetch pf_lines lines from there into L2,
-// spread over the steps.
+// Rows [r, r + R) of a sub-block: a tile of 4 rows when 4 remain, else of 1.
+inline int tile_rows_at(int64_t r, int64_t sub) { return r + 4 <= sub ? 4 : 1; }
+
+// The sub-block's rows (sub x n, file layout) -> ap: f32, tile by tile (tile_rows_at), each tile
+// step by step (Packed), a tile starting at row r at ap + r * steps * 16.
+template <typename L>
+void pack_rows(const typename L::T* w, int64_t ws, int64_t sub, int64_t n, float* ap) {
+  const int64_t steps = (n + 15) / 16;
+  for (int64_t r0 = 0; r0 < sub;) {
+    const int rt = tile_rows_at(r0, sub);
+    float* tile = ap + r0 * steps * 16;
+    for (int r = 0; r < rt; ++r) {
+      const typename L::T* wr = w + (r0 + r) * ws;
+      int64_t j = 0;
+      for (; 16 * j + 16 <= n; ++j) _mm512_store_ps(tile + (j * rt + r) * 16, L::load16(wr + 16 * j));
+      if (16 * j < n) {
+        alignas(64) float wt[16] = {};
+        for (int64_t e = 16 * j; e < n; ++e) wt[e - 16 * j] = L::scalar(wr + e);
+        _mm512_store_ps(tile + (j * rt + r) * 16, _mm512_load_ps(wt));
+      }
+    }
+    r0 += rt;
+  }
+}
+
+// One sub-block (sub <= kWideSubRows rows, from `w` or, when ap != nullptr, packed there) x one
+// packed tile of M tokens.
 template <typename L, int M>
-void wide_sub(const typename L::T* w, int64_t ws, int64_t sub, const float* xp, int64_t n, float* y, int64_t y_stride,
-              bool stream, const char*& pf, int64_t& pf_lines) {
-  const int64_t n16 = n - n % 16;
+void wide_sub(const typename L::T* w, int64_t ws, const float* ap, int64_t sub, const float* xp, int64_t n, float* y,
+              int64_t y_stride, bool stream, const char*& pf, int64_t& pf_lines) {
+  const int64_t n16 = n - n % 16, steps = (n + 15) / 16;
   // One token: nothing to keep in L1, the weights stream once (decode).
   const int64_t chunk = M == 1 ? std::max<int64_t>(n16, 16) : kWideChunk;
   alignas(64) __m512 park[kWideSubRows * M];
@@ -202,44 +276,60 @@ void wide_sub(const typename L::T* w, int64_t ws, int64_t sub, const float* xp, 
     const bool first = i0 == 0, last = i1 == n16;
     for (int64_t r = 0; r < sub;) {
       const int64_t lines = std::min(pf_lines, (i1 - i0) / 16);
-      if (r + 4 <= sub) {
-        wide_chunk<L, 4, M>(w + r * ws, ws, xp, i0, i1, n, first, last, park + r * M, y + r, y_stride, stream, pf, lines);
-        r += 4;
+      const int rt = tile_rows_at(r, sub);
+      __m512* pk = park + r * M;
+      float* yr = y + r;
+      if (ap != nullptr && rt == 4) {
+        wide_chunk<Packed<4>, 4, M>({ap + r * steps * 16}, xp, i0, i1, n, first, last, pk, yr, y_stride, stream, pf, lines);
+      } else if (ap != nullptr) {
+        wide_chunk<Packed<1>, 1, M>({ap + r * steps * 16}, xp, i0, i1, n, first, last, pk, yr, y_stride, stream, pf, lines);
+      } else if (rt == 4) {
+        wide_chunk<RowsAt<L>, 4, M>({w + r * ws, ws}, xp, i0, i1, n, first, last, pk, yr, y_stride, stream, pf, lines);
       } else {
-        wide_chunk<L, 1, M>(w + r * ws, ws, xp, i0, i1, n, first, last, park + r * M, y + r, y_stride, stream, pf, lines);
-        r += 1;
+        wide_chunk<RowsAt<L>, 1, M>({w + r * ws, ws}, xp, i0, i1, n, first, last, pk, yr, y_stride, stream, pf, lines);
       }
+      r += rt;
       pf += lines * 64;
       pf_lines -= lines;
     }
   }
 }
 
+
 template <typename L>
 void wide_rows(const typename L::T* w, int64_t ws, int64_t rows, const float* xp, int64_t n, int64_t num_tokens,
                float* y, int64_t y_stride) {
-  const int64_t tile_floats = (n + 15) / 16 * 16;  // per token
+  const int64_t steps = (n + 15) / 16;
   const int64_t tiles = (num_tokens + kWideTileTokens - 1) / kWideTileTokens;
+  // Several token tiles: each sub-block is converted and packed once (pack_rows), then read by
+  // every tile as one sequential f32 stream.
+  thread_local std::vector<float> abuf;
+  float* ap = nullptr;
+  if (tiles > 1) {
+    abuf.resize(static_cast<size_t>(kWideSubRows * steps * 16 + 16));
+    ap = abuf.data() + (16 - reinterpret_cast<uintptr_t>(abuf.data()) / 4 % 16) % 16;  // 64-byte aligned
+  }
   for (int64_t s = 0; s < rows; s += kWideSubRows) {
     const int64_t sub = std::min<int64_t>(kWideSubRows, rows - s);
-    // With several token tiles the sub-block is reread from L2 per tile; meanwhile the next
-    // sub-block is prefetched into L2. With one tile the rows stream (prefetch ahead in the row).
+    // With several token tiles the sub-block is reread per tile; meanwhile the next sub-block is
+    // prefetched into L2. With one tile the rows stream (prefetch ahead in the row).
     const char* pf = reinterpret_cast<const char*>(w + (s + sub) * ws);
     const int64_t next_rows = std::min<int64_t>(kWideSubRows, rows - s - sub);
     int64_t pf_lines = tiles > 1 ? (next_rows * ws * static_cast<int64_t>(sizeof(typename L::T)) + 63) / 64 : 0;
     const bool stream = tiles == 1 || s == 0;
+    const typename L::T* ws0 = w + s * ws;
+    if (ap != nullptr) pack_rows<L>(ws0, ws, sub, n, ap);
     for (int64_t t0 = 0; t0 < num_tokens; t0 += kWideTileTokens) {
       const int m = static_cast<int>(std::min<int64_t>(kWideTileTokens, num_tokens - t0));
-      const float* xt = xp + t0 * tile_floats;
+      const float* xt = xp + t0 * steps * 16;
       float* yt = y + t0 * y_stride + s;
-      const typename L::T* ws0 = w + s * ws;
       switch (m) {
-        case 1: wide_sub<L, 1>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
-        case 2: wide_sub<L, 2>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
-        case 3: wide_sub<L, 3>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
-        case 4: wide_sub<L, 4>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
-        case 5: wide_sub<L, 5>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
-        default: wide_sub<L, 6>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 1: wide_sub<L, 1>(ws0, ws, ap, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 2: wide_sub<L, 2>(ws0, ws, ap, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 3: wide_sub<L, 3>(ws0, ws, ap, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 4: wide_sub<L, 4>(ws0, ws, ap, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        case 5: wide_sub<L, 5>(ws0, ws, ap, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        default: wide_sub<L, 6>(ws0, ws, ap, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
       }
     }
   }
