@@ -3,7 +3,7 @@
 // (5632 rows x 2048 cols), 1 = ffn_down (2048 x 5632), per weight dtype. Bytes/s counts weight
 // bytes streamed per call, the decode roofline quantity. Args: {dtype id, num_tokens, num_threads,
 // avx512, shape}; avx512 = 0 forces the AVX2 kernels, 2 runs the AVX-512 kernels on repacked rows
-// (repack_weight). For an A/B in one process: --benchmark_enable_random_interleaving=true
+// (repack_weight), 3 the AVX2 kernels on repacked rows. For an A/B in one process: --benchmark_enable_random_interleaving=true
 // --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
@@ -53,11 +53,11 @@ void BM_Matmul(benchmark::State& state) {
   const int64_t num_tokens = state.range(1);
   const int num_threads = static_cast<int>(state.range(2));
   const int64_t kRows = kShapes[state.range(4)][0], kCols = kShapes[state.range(4)][1];
-  set_avx512_enabled(state.range(3) != 0);
+  set_avx512_enabled(state.range(3) == 1 || state.range(3) == 2);
   std::vector<uint8_t> w = make_weight(type, kRows, kCols);
   WeightView view{type, kRows, kCols, w.data()};
   std::vector<uint8_t> packed;
-  if (state.range(3) == 2) {  // repacked rows (WeightLayout::kRepacked16), as LlamaModel loads them
+  if (state.range(3) >= 2) {  // repacked rows (WeightLayout::kRepacked16), as LlamaModel loads them
     packed.resize(w.size());
     view = repack_weight(view, packed.data(), nullptr);
   }
@@ -73,7 +73,10 @@ void BM_Matmul(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRows * kCols * num_tokens * state.iterations(),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(type_name(type) + " " + std::to_string(kRows) + "x" + std::to_string(kCols) + " M=" + std::to_string(num_tokens) + " threads=" + std::to_string(num_threads) +
-                 (state.range(3) == 0 ? " avx2-only" : state.range(3) == 2 ? " repacked" : ""));
+                 (state.range(3) == 0   ? " avx2-only"
+                  : state.range(3) == 2 ? " repacked"
+                  : state.range(3) == 3 ? " repacked avx2-only"
+                                        : ""));
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
@@ -83,8 +86,9 @@ void matmul_args(benchmark::internal::Benchmark* b) {
         for (int64_t shape : {0, 1}) {
           b->Args({static_cast<int64_t>(t), m, threads, 1, shape});
           if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0, shape});
-          if (cpu_has_avx512_vnni() && (t == GgmlType::Q8_0 || t == GgmlType::Q4_0)) {
-            b->Args({static_cast<int64_t>(t), m, threads, 2, shape});
+          if (t == GgmlType::Q8_0 || t == GgmlType::Q4_0) {
+            if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 2, shape});
+            if (cpu_has_avx2()) b->Args({static_cast<int64_t>(t), m, threads, 3, shape});
           }
         }
       }

@@ -23,8 +23,8 @@ class LlamaModel {
  public:
   // Binds the weights of `file` (which must outlive the model). Throws pagellm::Error naming the
   // tensor for a missing tensor, a wrong shape or an unsupported dtype. Q8_0/Q4_0 matmul weights
-  // are repacked into model-owned memory when kernels::repack_pays (AVX-512 VNNI CPUs; same
-  // bytes, bit-identical results) and their pages of the mapping are dropped, so the resident
+  // are repacked into model-owned memory when kernels::repack_pays (AVX2 CPUs; same bytes,
+  // block-sum arithmetic, kernels_r16.h) and their pages of the mapping are dropped, so the resident
   // size stays about the file's.
   LlamaModel(const GgufFile& file, ThreadPool* pool);
 

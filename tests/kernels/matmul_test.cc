@@ -177,9 +177,10 @@ TEST(Matmul, Avx512VnniEqualsAvx2Bitwise) {
 
 // Repacked Q8_0/Q4_0 weights (16-row tiles + GGUF-layout tail rows) give exactly the scalar
 // block-sum reference (ref::dot_*_blocksum on the activations quantized as matmul does), for
-// every tile size, 1 and 2 threads; and stay close to the GGUF-layout kernels.
+// every tile size, 1 and 2 threads, on the AVX-512 VNNI tiles (where the CPU has them) and on
+// the AVX2 tiles; and stay close to the GGUF-layout kernels.
 TEST(Matmul, RepackedEqualsBlockSumReference) {
-  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI: the repacked layout is never made";
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the repacked layout is never made";
   Rng rng(78);
   ThreadPool pool(2);
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
@@ -209,10 +210,16 @@ TEST(Matmul, RepackedEqualsBlockSumReference) {
                       : ref::dot_q8_0_q8_0_blocksum(reinterpret_cast<const BlockQ8_0*>(row), &xq[t * nb], nb);
             }
           }
-          matmul(pv, x.data(), num_tokens, y2.data(), &pool);
-          matmul(pv, x.data(), num_tokens, y1.data(), nullptr);
-          ASSERT_EQ(std::memcmp(y2.data(), want.data(), want.size() * 4), 0);
-          ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
+          for (bool avx512 : {true, false}) {
+            if (avx512 && !cpu_has_avx512_vnni()) continue;
+            SCOPED_TRACE(avx512 ? "AVX-512 VNNI tiles" : "AVX2 tiles");
+            set_avx512_enabled(avx512);
+            matmul(pv, x.data(), num_tokens, y2.data(), &pool);
+            matmul(pv, x.data(), num_tokens, y1.data(), nullptr);
+            set_avx512_enabled(true);
+            ASSERT_EQ(std::memcmp(y2.data(), want.data(), want.size() * 4), 0);
+            ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
+          }
           matmul(w.view(), x.data(), num_tokens, yg.data(), nullptr);  // lane-wise arithmetic
           for (size_t i = 0; i < yg.size(); ++i) ASSERT_NEAR(y1[i], yg[i], 1e-4f * (1.0f + std::fabs(yg[i]))) << i;
         }
@@ -231,7 +238,7 @@ TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
   const TestWeights q = make_weights(GgmlType::Q4_0, 4, 64, rng);  // fewer than 16 rows and 256 columns
   EXPECT_FALSE(repack_pays(q.view()));
   EXPECT_FALSE(repack_pays(make_weights(GgmlType::Q4_0, 32, 224, rng).view()));
-  if (cpu_has_avx512_vnni()) {
+  if (cpu_has_avx2()) {
     EXPECT_TRUE(repack_pays(make_weights(GgmlType::Q8_0, 16, 256, rng).view()));
     set_repack_enabled(false);
     EXPECT_FALSE(repack_pays(make_weights(GgmlType::Q8_0, 16, 256, rng).view()));

@@ -69,7 +69,7 @@ bool use_avx512_vnni() {
 
 void set_avx512_enabled(bool enabled) { avx512_enabled().store(enabled, std::memory_order_relaxed); }
 
-bool use_repacking() { return use_avx512_vnni() && repack_enabled().load(std::memory_order_relaxed); }
+bool use_repacking() { return use_avx2() && repack_enabled().load(std::memory_order_relaxed); }
 
 void set_repack_enabled(bool enabled) { repack_enabled().store(enabled, std::memory_order_relaxed); }
 

@@ -22,9 +22,10 @@ bool cpu_has_avx512_vnni();
 bool use_avx512_vnni();
 void set_avx512_enabled(bool enabled);
 
-// use_avx512_vnni() unless PAGELLM_NO_REPACK is set at start-up (or set_repack_enabled(false)):
-// large Q8_0/Q4_0 weights are then repacked at load for the block-sum kernels (ops.h,
-// repack_pays). Off: every quantized matmul keeps ggml's lane-wise arithmetic.
+// use_avx2() unless PAGELLM_NO_REPACK is set at start-up (or set_repack_enabled(false)): large
+// Q8_0/Q4_0 weights are then repacked at load for the block-sum kernels (ops.h, repack_pays;
+// kernels_r16.h: AVX-512 VNNI or AVX2 tiles, the same bits). Off: every quantized matmul keeps
+// ggml's lane-wise arithmetic.
 bool use_repacking();
 void set_repack_enabled(bool enabled);
 

@@ -64,32 +64,4 @@ void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, flo
 void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
                    int64_t num_tokens, float* y, int64_t y_stride);
 
-// ---- repacked weights (WeightLayout::kRepacked16, made by repack.cc; matmul_r16_avx512.cc) ----
-// Rows in tiles of kR16Rows; tile i (rows 16i .. 16i + 15) occupies the bytes of those 16 GGUF
-// rows, block by block: for block b, a group of
-//   d[16]   f16, the block's scale in each row
-//   quants  Q4_0: 4 x 64 bytes, vector v, lane r (4 bytes) = row r's qs[4v .. 4v + 4) (low
-//           nibbles: elements 4v.., high nibbles: elements 16 + 4v..);
-//           Q8_0: 8 x 64 bytes, vector c, lane r = row r's qs[4c .. 4c + 4) + 128 (unsigned).
-// Rows past the last full tile stay in GGUF layout at their usual offsets.
-//
-// Arithmetic ("block sums", as llama.cpp's own repacked Q4_0 GEMV/GEMM): per block an exact
-// int32 sum isum = sum (w - offset) * x_q, then acc = fma(float(isum), d_w * d_x, acc), blocks
-// in order from acc = 0 (ref::dot_*_blocksum). It differs from the GGUF-layout kernels (ggml's
-// 8 float lanes per block) in the last bits; it is the same for every batch and thread count.
-constexpr int kR16Rows = 16;
-// One token's q8_0 block for these kernels: init = -offset * sum(qs) (offset 8 for Q4_0 weights,
-// 128 for Q8_0), d as float.
-struct XBlockR16 {
-  int8_t qs[32];
-  int32_t init;
-  float d;
-};
-// xq: [nb] activation blocks of one token -> out: [nb].
-void prepare_r16(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, XBlockR16* out);
-// One tile (16 rows of nb blocks) x m in [1, kMaxTileTokens] tokens; token k's blocks start at
-// x + k * x_stride. out[k * 16 + r] = row r . token k.
-void dot_q4_0_r16_tile(const void* tile, const XBlockR16* x, int64_t x_stride, int64_t nb, int m, float* out);
-void dot_q8_0_r16_tile(const void* tile, const XBlockR16* x, int64_t x_stride, int64_t nb, int m, float* out);
-
 }  // namespace pagellm::kernels::avx512

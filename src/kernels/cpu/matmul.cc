@@ -1,8 +1,9 @@
 // matmul(): shape checks, activation preparation, threading and ISA dispatch.
 //
 // Paths, by weight and CPU (all batch invariant):
-//   Q8_0/Q4_0 repacked at load (WeightLayout::kRepacked16, AVX-512 VNNI): matmul_repacked, 16-row
-//     tiles x up to 8 tokens, exact per-block integer sums (kernels_avx512.h).
+//   Q8_0/Q4_0 repacked at load (WeightLayout::kRepacked16, AVX2 or AVX-512 VNNI CPUs):
+//     matmul_repacked, 16-row tiles x up to 8 tokens, exact per-block integer sums, the same bits
+//     on either ISA (kernels_r16.h).
 //   Q8_0/Q4_0 in GGUF layout, AVX-512 VNNI: avx512::dot_*_tile (up to 8 tokens, activations
 //     prepared once per call as PairQ8), bit-identical to the AVX2 tiles (ggml's arithmetic).
 //   F32/F16/BF16, AVX-512, >= 256 columns: avx512::dot_wide_rows (4-row x up to 6-token register
@@ -31,6 +32,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/kernels_r16.h"
 #include "kernels/cpu/ops.h"
 
 namespace pagellm::kernels {
@@ -92,21 +94,23 @@ int64_t dynamic_grain(int64_t units, const ThreadPool* pool) {
   return std::max<int64_t>(1, units / (8 * pool->num_threads()));
 }
 
-// WeightLayout::kRepacked16: threads own contiguous ranges of 16-row tiles (the rows after the
-// last tile, in GGUF layout, go to the last thread with the scalar block-sum code); inside a
-// tile every token tile of up to 8 tokens reuses the tile's weights from cache.
+// WeightLayout::kRepacked16: threads take chunks of 16-row tiles (the rows after the last tile,
+// in GGUF layout, are one more unit computed with the scalar block-sum code); inside a tile every
+// token tile of up to 8 tokens reuses the tile's weights from cache. The AVX-512 VNNI tiles when
+// use_avx512_vnni(), else the AVX2 ones (same bits; the CPU has AVX2 or nothing was repacked).
 void matmul_repacked(const WeightView& w, const BlockQ8_0* xq, int64_t num_tokens, float* y, ThreadPool* pool) {
   const bool q4 = w.type == GgmlType::Q4_0;
   const int64_t rows = w.rows, nb = w.cols / kQK8_0, rb = w.row_bytes();
-  constexpr int64_t kT = avx512::kR16Rows;
-  thread_local std::vector<avx512::XBlockR16> xr;
+  constexpr int64_t kT = r16::kRows;
+  thread_local std::vector<r16::XBlock> xr;
   xr.resize(static_cast<size_t>(num_tokens * nb));
-  for (int64_t t = 0; t < num_tokens; ++t) avx512::prepare_r16(w.type, xq + t * nb, nb, xr.data() + t * nb);
-  const avx512::XBlockR16* xb = xr.data();  // (workers see their own thread_local xr)
+  for (int64_t t = 0; t < num_tokens; ++t) r16::prepare(w.type, xq + t * nb, nb, xr.data() + t * nb);
+  const r16::XBlock* xb = xr.data();  // (workers see their own thread_local xr)
+  const bool vnni512 = use_avx512_vnni();
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t tiles = rows / kT, units = tiles + (rows % kT != 0 ? 1 : 0);
   auto run_units = [&](int64_t u0, int64_t u1) {
-    float out[kT * avx512::kMaxTileTokens];
+    float out[kT * r16::kMaxTileTokens];
     for (int64_t u = u0; u < u1; ++u) {
       if (u == tiles) {  // rows in GGUF layout
         for (int64_t r = tiles * kT; r < rows; ++r) {
@@ -118,13 +122,11 @@ void matmul_repacked(const WeightView& w, const BlockQ8_0* xq, int64_t num_token
         continue;
       }
       const uint8_t* tile = base + u * kT * rb;
-      for (int64_t t0 = 0; t0 < num_tokens; t0 += avx512::kMaxTileTokens) {
-        const int m = static_cast<int>(std::min<int64_t>(avx512::kMaxTileTokens, num_tokens - t0));
-        if (q4) {
-          avx512::dot_q4_0_r16_tile(tile, xb + t0 * nb, nb, nb, m, out);
-        } else {
-          avx512::dot_q8_0_r16_tile(tile, xb + t0 * nb, nb, nb, m, out);
-        }
+      for (int64_t t0 = 0; t0 < num_tokens; t0 += r16::kMaxTileTokens) {
+        const int m = static_cast<int>(std::min<int64_t>(r16::kMaxTileTokens, num_tokens - t0));
+        const auto dot = q4 ? (vnni512 ? r16::dot_q4_0_tile_avx512 : r16::dot_q4_0_tile_avx2)
+                            : (vnni512 ? r16::dot_q8_0_tile_avx512 : r16::dot_q8_0_tile_avx2);
+        dot(tile, xb + t0 * nb, nb, nb, m, out);
         for (int k = 0; k < m; ++k) std::memcpy(y + (t0 + k) * rows + u * kT, out + k * kT, kT * sizeof(float));
       }
     }
@@ -141,8 +143,8 @@ void matmul_repacked(const WeightView& w, const BlockQ8_0* xq, int64_t num_token
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool) {
   const GgmlType type = w.type;
   const bool repacked = w.layout == WeightLayout::kRepacked16;
-  PAGELLM_CHECK(!repacked || (is_quantized(type) && cpu_has_avx512_vnni()),
-                "matmul: repacked weights need Q8_0/Q4_0 and a CPU with AVX-512 VNNI");
+  PAGELLM_CHECK(!repacked || (is_quantized(type) && cpu_has_avx2()),
+                "matmul: repacked weights need Q8_0/Q4_0 and a CPU with AVX2");
   PAGELLM_CHECK(type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || is_quantized(type),
                 "matmul: unsupported weight type " + type_name(type));
   PAGELLM_CHECK(w.rows >= 0 && w.cols > 0 && num_tokens >= 0, "matmul: bad shape");
@@ -169,7 +171,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     }
     xa = xq.data();
   }
-  // Repacked weights run only on the VNNI tiles (even if those were switched off since).
+  // Repacked weights run on the r16 tiles whatever use_avx2() says now (they were made for them).
   if (repacked) return matmul_repacked(w, xq.data(), num_tokens, y, pool);
   const int64_t nb = cols / kQK8_0, np = (nb + 1) / 2;
   if (vnni) {

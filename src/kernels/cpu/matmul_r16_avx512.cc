@@ -1,5 +1,5 @@
 // AVX-512 VNNI matmul tiles on repacked Q8_0 / Q4_0 weights (layout and arithmetic:
-// kernels_avx512.h, WeightLayout::kRepacked16). Entered only on CPUs with AVX-512 VNNI.
+// kernels_r16.h, WeightLayout::kRepacked16). Entered only on CPUs with AVX-512 VNNI.
 //
 // One zmm lane per weight row: VPDPBUSD multiplies 4 unsigned weight bytes of 16 rows by 4
 // broadcast activation bytes, so 8 instructions make the exact int32 block sums of 16 rows for
@@ -10,11 +10,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <cstring>
+#include "kernels/cpu/kernels_r16.h"
 
-#include "kernels/cpu/kernels_avx512.h"
-
-namespace pagellm::kernels::avx512 {
+namespace pagellm::kernels::r16 {
 namespace {
 
 // Weight rows are read once per decode step from DRAM: prefetch 8 KiB ahead (see
@@ -23,11 +21,11 @@ constexpr int64_t kPrefetchBytes = 8192;
 
 template <bool kQ4>
 constexpr int64_t group_bytes() {
-  return kR16Rows * static_cast<int64_t>(kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0));
+  return kRows * static_cast<int64_t>(kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0));
 }
 
 template <bool kQ4, int M>
-void r16_tile(const uint8_t* tile, const XBlockR16* x, int64_t xs, int64_t nb, float* out) {
+void r16_tile(const uint8_t* tile, const XBlock* x, int64_t xs, int64_t nb, float* out) {
   // Integer sums are exact, so splitting a block's 8 VPDPBUSD over KI chains changes nothing;
   // it hides their latency when few tokens share the weights.
   constexpr int KI = M == 1 ? 4 : 2;
@@ -39,7 +37,7 @@ void r16_tile(const uint8_t* tile, const XBlockR16* x, int64_t xs, int64_t nb, f
       _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + o), _MM_HINT_T0);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
-    const uint8_t* q = g + 2 * kR16Rows;
+    const uint8_t* q = g + 2 * kRows;
     __m512i wv[8];
     if constexpr (kQ4) {
       const __m512i nib = _mm512_set1_epi8(0x0F);
@@ -53,7 +51,7 @@ void r16_tile(const uint8_t* tile, const XBlockR16* x, int64_t xs, int64_t nb, f
     }
 #pragma GCC unroll 8
     for (int k = 0; k < M; ++k) {
-      const XBlockR16& xb = x[k * xs + b];
+      const XBlock& xb = x[k * xs + b];
       __m512i ia[KI];
       ia[0] = _mm512_set1_epi32(xb.init);
       for (int i = 1; i < KI; ++i) ia[i] = _mm512_setzero_si512();
@@ -69,11 +67,11 @@ void r16_tile(const uint8_t* tile, const XBlockR16* x, int64_t xs, int64_t nb, f
       acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc[k]);
     }
   }
-  for (int k = 0; k < M; ++k) _mm512_storeu_ps(out + k * kR16Rows, acc[k]);
+  for (int k = 0; k < M; ++k) _mm512_storeu_ps(out + k * kRows, acc[k]);
 }
 
 template <bool kQ4>
-void dispatch(const void* tile, const XBlockR16* x, int64_t xs, int64_t nb, int m, float* out) {
+void dispatch(const void* tile, const XBlock* x, int64_t xs, int64_t nb, int m, float* out) {
   const auto* t = static_cast<const uint8_t*>(tile);
   switch (m) {
     case 1: return r16_tile<kQ4, 1>(t, x, xs, nb, out);
@@ -90,22 +88,11 @@ void dispatch(const void* tile, const XBlockR16* x, int64_t xs, int64_t nb, int 
 
 }  // namespace
 
-void prepare_r16(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, XBlockR16* out) {
-  const int32_t offset = weight_type == GgmlType::Q4_0 ? 8 : 128;
-  for (int64_t b = 0; b < nb; ++b) {
-    std::memcpy(out[b].qs, xq[b].qs, 32);
-    int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) sum += xq[b].qs[j];
-    out[b].init = -offset * sum;
-    out[b].d = _cvtsh_ss(xq[b].d);
-  }
-}
-
-void dot_q4_0_r16_tile(const void* tile, const XBlockR16* x, int64_t xs, int64_t nb, int m, float* out) {
+void dot_q4_0_tile_avx512(const void* tile, const XBlock* x, int64_t xs, int64_t nb, int m, float* out) {
   dispatch<true>(tile, x, xs, nb, m, out);
 }
-void dot_q8_0_r16_tile(const void* tile, const XBlockR16* x, int64_t xs, int64_t nb, int m, float* out) {
+void dot_q8_0_tile_avx512(const void* tile, const XBlock* x, int64_t xs, int64_t nb, int m, float* out) {
   dispatch<false>(tile, x, xs, nb, m, out);
 }
 
-}  // namespace pagellm::kernels::avx512
+}  // namespace pagellm::kernels::r16

@@ -1,25 +1,26 @@
-// Repacking of Q8_0 / Q4_0 weight rows into WeightLayout::kRepacked16 (layout: kernels_avx512.h).
+// Repacking of Q8_0 / Q4_0 weight rows into WeightLayout::kRepacked16 (layout: kernels_r16.h), and
+// the activation blocks its tiles read (r16::prepare).
 // Plain byte moves: baseline code, no intrinsics.
 #include <cstring>
 #include <string>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/kernels_avx512.h"
+#include "kernels/cpu/kernels_r16.h"
 #include "kernels/cpu/ops.h"
 
 namespace pagellm::kernels {
 namespace {
 
-// One tile of 16 GGUF rows (stride rb bytes) -> kRepacked16 layout (kernels_avx512.h).
+// One tile of 16 GGUF rows (stride rb bytes) -> kRepacked16 layout (kernels_r16.h).
 void repack_tile(GgmlType type, const uint8_t* src, int64_t rb, int64_t nb, uint8_t* dst) {
   const bool q4 = type == GgmlType::Q4_0;
   const int64_t bs = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
   const int vectors = q4 ? 4 : 8;
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* g = dst + b * avx512::kR16Rows * bs;
-    uint8_t* q = g + 2 * avx512::kR16Rows;
-    for (int r = 0; r < avx512::kR16Rows; ++r) {
+    uint8_t* g = dst + b * r16::kRows * bs;
+    uint8_t* q = g + 2 * r16::kRows;
+    for (int r = 0; r < r16::kRows; ++r) {
       const uint8_t* blk = src + r * rb + b * bs;
       std::memcpy(g + 2 * r, blk, 2);  // d (f16)
       const uint8_t* qs = blk + 2;
@@ -41,7 +42,7 @@ constexpr int64_t kMinRepackCols = 256;
 
 bool repack_pays(const WeightView& w) {
   return (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0) && w.layout == WeightLayout::kGguf &&
-         use_repacking() && w.rows >= avx512::kR16Rows && w.cols >= kMinRepackCols;
+         use_repacking() && w.rows >= r16::kRows && w.cols >= kMinRepackCols;
 }
 
 WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
@@ -52,7 +53,7 @@ WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
   const int64_t rb = w.row_bytes(), nb = w.cols / kQK8_0;
   const auto* src = static_cast<const uint8_t*>(w.data);
   auto* dst = static_cast<uint8_t*>(out);
-  const int64_t tiles = w.rows / avx512::kR16Rows, tile_bytes = avx512::kR16Rows * rb;
+  const int64_t tiles = w.rows / r16::kRows, tile_bytes = r16::kRows * rb;
   auto run = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) repack_tile(w.type, src + t * tile_bytes, rb, nb, dst + t * tile_bytes);
   };
@@ -62,11 +63,25 @@ WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
     run(0, tiles);
   }
   // Rows after the last full tile keep the GGUF layout.
-  std::memcpy(dst + tiles * tile_bytes, src + tiles * tile_bytes, static_cast<size_t>((w.rows - tiles * avx512::kR16Rows) * rb));
+  std::memcpy(dst + tiles * tile_bytes, src + tiles * tile_bytes, static_cast<size_t>((w.rows - tiles * r16::kRows) * rb));
   WeightView v = w;
   v.data = out;
   v.layout = WeightLayout::kRepacked16;
   return v;
 }
 
+namespace r16 {
+
+void prepare(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, XBlock* out) {
+  const int32_t offset = weight_type == GgmlType::Q4_0 ? 8 : 128;
+  for (int64_t b = 0; b < nb; ++b) {
+    std::memcpy(out[b].qs, xq[b].qs, 32);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += xq[b].qs[j];
+    out[b].init = -offset * sum;
+    out[b].d = fp16_to_fp32(xq[b].d);
+  }
+}
+
+}  // namespace r16
 }  // namespace pagellm::kernels

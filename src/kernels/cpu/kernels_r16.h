@@ -1,0 +1,48 @@
+// Internal to src/kernels/cpu: the repacked Q8_0 / Q4_0 layout (WeightLayout::kRepacked16, made
+// by repack.cc) and its matmul tiles, one per ISA with the same bits: matmul_r16_avx512.cc
+// (VPDPBUSD, AVX-512 VNNI CPUs) and matmul_r16_avx2.cc (VPMADDUBSW + VPMADDWD, AVX2 CPUs). No
+// intrinsic types appear here.
+//
+// Rows in tiles of kRows = 16; tile i (rows 16i .. 16i + 15) occupies the bytes of those 16 GGUF
+// rows, block by block: for block b, a group of
+//   d[16]   f16, the block's scale in each row
+//   quants  Q4_0: 4 x 64 bytes, vector v, lane r (4 bytes) = row r's qs[4v .. 4v + 4) (low
+//           nibbles: elements 4v.., high nibbles: elements 16 + 4v..);
+//           Q8_0: 8 x 64 bytes, vector c, lane r = row r's qs[4c .. 4c + 4) + 128 (unsigned).
+// Rows past the last full tile stay in GGUF layout at their usual offsets. (An AVX2 register
+// holds lanes 0..7 of a 64-byte vector in its first 32 bytes, lanes 8..15 in the other.)
+//
+// Arithmetic ("block sums", as llama.cpp's own repacked Q4_0 GEMV/GEMM): per block an exact
+// int32 sum isum = sum (w - offset) * x_q, then acc = fma(float(isum), d_w * d_x, acc), blocks
+// in order from acc = 0 (ref::dot_*_blocksum). It differs from the GGUF-layout kernels (ggml's
+// 8 float lanes per block) in the last bits; it is the same for every batch, thread count and
+// ISA (the integer sums are exact).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagellm::kernels::r16 {
+
+constexpr int kRows = 16;
+// One token's q8_0 block for these kernels: init = -offset * sum(qs) (offset 8 for Q4_0 weights,
+// 128 for Q8_0), d as float.
+struct XBlock {
+  int8_t qs[32];
+  int32_t init;
+  float d;
+};
+// xq: [nb] activation blocks of one token -> out: [nb] (repack.cc, baseline code).
+void prepare(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, XBlock* out);
+
+// One tile (16 rows of nb blocks) x m in [1, kMaxTileTokens] tokens; token k's blocks start at
+// x + k * x_stride. out[k * 16 + r] = row r . token k. *_avx512 only when use_avx512_vnni(),
+// *_avx2 only on CPUs with AVX2.
+constexpr int kMaxTileTokens = 8;
+void dot_q4_0_tile_avx512(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
+void dot_q8_0_tile_avx512(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
+void dot_q4_0_tile_avx2(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
+void dot_q8_0_tile_avx2(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
+
+}  // namespace pagellm::kernels::r16
