@@ -24,7 +24,7 @@ float dot_bf16(const uint16_t* w, const float* x, int64_t n);
 // (ggml_vec_dot_q8_0_q8_0 / ggml_vec_dot_q4_0_q8_0 generic).
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
 float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
-// "Wide" float arithmetic (AVX-512, matrices of >= 256 columns): 16 lanes, element i to lane
+// "Wide" float arithmetic (matrices of >= 256 columns on AVX2 CPUs): 16 lanes, element i to lane
 // i % 16 (FMA, in order), then lanes l and l + 8 added, then avx2::hsum's order over 8 lanes.
 float dot_f32_wide(const float* w, const float* x, int64_t n);
 float dot_f16_wide(const uint16_t* w, const float* x, int64_t n);
@@ -53,6 +53,16 @@ void dot_f16_tile(const uint16_t* w, const float* x, int64_t x_stride, int64_t n
 void dot_bf16_tile(const uint16_t* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
 void dot_q8_0_q8_0_tile(const BlockQ8_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q4_0_q8_0_tile(const BlockQ4_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nb, int m, float* out);
+
+// "Wide" arithmetic (ref::dot_*_wide) for F32/F16/BF16 matrices of >= avx512::kMinWideCols
+// columns on AVX2 CPUs without AVX-512, bit-identical to the AVX-512 path (matmul_wide_avx2.cc).
+// pack_wide: as avx512::pack_wide (kernels_avx512.h) with tiles of kWideTileTokens tokens;
+// dot_wide_rows: as avx512::dot_wide_rows, on activations packed by this pack_wide.
+constexpr int kWideTileTokens = 3;
+constexpr int kWideSubRows = 16;
+void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
+void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
+                   int64_t num_tokens, float* y, int64_t y_stride);
 
 // Attention helpers (q . k uses dot_f32 / dot_f16 above with w = k). v rows are f32 or f16.
 // acc[i] += a * v[i], i in [0, n), one fused multiply-add per element.

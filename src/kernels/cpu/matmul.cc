@@ -6,9 +6,9 @@
 //     on either ISA (kernels_r16.h).
 //   Q8_0/Q4_0 in GGUF layout, AVX-512 VNNI: avx512::dot_*_tile (up to 8 tokens, activations
 //     prepared once per call as PairQ8), bit-identical to the AVX2 tiles (ggml's arithmetic).
-//   F32/F16/BF16, AVX-512, >= 256 columns: avx512::dot_wide_rows (4-row x up to 6-token register
-//     tiles, 16-row sub-blocks in L2, K in L1-sized chunks), one 16-lane accumulator per output
-//     (ref::dot_*_wide).
+//   F32/F16/BF16, >= 256 columns: one 16-lane accumulator per output (ref::dot_*_wide), the same
+//     bits on AVX-512 (avx512::dot_wide_rows: 4-row x 6-token register tiles, 16-row sub-blocks in
+//     L2 converted to f32 once, K in chunks) and AVX2 CPUs (avx2::dot_wide_rows: 2 x 3 tiles).
 //   F32/F16/BF16, AVX-512, narrower: avx512::dot_float_tile (4 rows x up to 2 tokens),
 //     bit-identical to the AVX2 tiles (ggml's arithmetic; the golden tests' small models).
 //   Otherwise the AVX2 tiles (kernels_impl.h), or the scalar ref:: oracles without AVX2.
@@ -180,8 +180,8 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   }
   // F32/F16/BF16 on AVX-512 CPUs: bit-identical 16-lane tiles with more rows in registers.
   const bool float512 = simd && !is_quantized(type) && use_avx512_vnni();
-  // ... and for matrices of >= kMinWideCols columns the "wide" arithmetic (kernels_avx512.h).
-  const bool wide = float512 && cols >= avx512::kMinWideCols;
+  // Matrices of >= kMinWideCols columns: the "wide" arithmetic, on AVX-512 or AVX2 (same bits).
+  const bool wide = simd && !is_quantized(type) && cols >= avx512::kMinWideCols;
   const avx512::PairQ8* xpa = xp.data();  // (workers see their own thread_local xp)
   thread_local std::vector<float> xr;
   if ((type == GgmlType::F16 || type == GgmlType::BF16) && !wide) {
@@ -192,25 +192,24 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const auto* wbase = static_cast<const uint8_t*>(w.data);
   const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / row_bytes);
   const int64_t xa_elem = is_quantized(type) ? static_cast<int64_t>(sizeof(BlockQ8_0)) : 4;
-  const int64_t max_tile = vnni    ? avx512::kMaxTileTokens
-                           : wide  ? avx512::kWideTileTokens
-                           : float512 ? kFloatTileTokens
-                                      : avx2::kMaxTileTokens;
+  const int64_t max_tile = vnni ? avx512::kMaxTileTokens : float512 ? kFloatTileTokens : avx2::kMaxTileTokens;
 
   const bool small = rows * cols * num_tokens < kMinParallelMacs;
   const bool serial = pool == nullptr || pool->num_threads() == 1 || rows < 2 || small;
   if (wide) {
-    // Threads own ranges of kWideSubRows-row units (see dot_wide_rows for the blocking inside).
+    // Threads take chunks of kWideSubRows-row units (see dot_wide_rows for the blocking inside).
+    static_assert(avx512::kWideSubRows == avx2::kWideSubRows);
     constexpr int64_t kSub = avx512::kWideSubRows;
     const int64_t units = (rows + kSub - 1) / kSub;
     thread_local std::vector<float> xw;
     const int64_t steps = (cols + 15) / 16;
     xw.resize(static_cast<size_t>(num_tokens * steps * 16 + 16));
     float* xf = xw.data() + (16 - reinterpret_cast<uintptr_t>(xw.data()) / 4 % 16) % 16;  // 64-byte aligned
-    avx512::pack_wide(type, x, num_tokens, cols, xf);
+    const auto dot_rows = float512 ? avx512::dot_wide_rows : avx2::dot_wide_rows;
+    (float512 ? avx512::pack_wide : avx2::pack_wide)(type, x, num_tokens, cols, xf);
     auto run_units = [&](int64_t u0, int64_t u1) {
       const int64_t r0 = u0 * kSub, r1 = std::min(rows, u1 * kSub);
-      avx512::dot_wide_rows(type, wbase + r0 * row_bytes, cols, r1 - r0, xf, cols, num_tokens, y + r0, rows);
+      dot_rows(type, wbase + r0 * row_bytes, cols, r1 - r0, xf, cols, num_tokens, y + r0, rows);
     };
     if (serial) {
       run_units(0, units);
