@@ -32,77 +32,78 @@ inline __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Half h (rows 8h .. 8h + 7) of a tile x M tokens.
+// Rows 8h .. 8h + 7 of block group g against M tokens' blocks b: acc[k] += ...
 template <bool kQ4, int M>
-void half_tile(const uint8_t* tile, int h, const XBlock* x, int64_t xs, int64_t nb, float* out) {
-  __m256 acc[M];
-  for (int k = 0; k < M; ++k) acc[k] = _mm256_setzero_ps();
+inline void half_block(const uint8_t* g, int h, const XBlock* x, int64_t xs, int64_t b, __m256* acc) {
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = tile + b * group_bytes<kQ4>();
-    if (h == 0) {
-      for (int64_t o = 0; o < group_bytes<kQ4>(); o += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + o), _MM_HINT_T0);
-      }
+  const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * h)));
+  const uint8_t* q = g + 2 * kRows + 32 * h;
+  __m256i wv[8];
+  if constexpr (kQ4) {
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * v));
+      wv[v] = _mm256_and_si256(z, nib);
+      wv[v + 4] = _mm256_and_si256(_mm256_srli_epi16(z, 4), nib);
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * h)));
-    const uint8_t* q = g + 2 * kRows + 32 * h;
-    __m256i wv[8];
-    if constexpr (kQ4) {
-      const __m256i nib = _mm256_set1_epi8(0x0F);
-      for (int v = 0; v < 4; ++v) {
-        const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * v));
-        wv[v] = _mm256_and_si256(z, nib);
-        wv[v + 4] = _mm256_and_si256(_mm256_srli_epi16(z, 4), nib);
-      }
-    } else {
-      const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-      for (int c = 0; c < 8; ++c) {  // the signed weight
-        wv[c] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * c)), bias);
-      }
-    }
+  } else {
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
 #pragma GCC unroll 8
-    for (int k = 0; k < M; ++k) {
-      const XBlock& xb = x[k * xs + b];
-      __m256i isum;
-      if constexpr (kQ4) {
-        __m256i s16 = _mm256_maddubs_epi16(wv[0], bcast4(xb.qs));
-#pragma GCC unroll 8
-        for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wv[c], bcast4(xb.qs + 4 * c)));
-        isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(xb.init));
-      } else {
-        isum = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) {
-          const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv[c]), _mm256_sign_epi8(bcast4(xb.qs + 4 * c), wv[c]));
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
-        }
-      }
-      const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
-      acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc[k]);
+    for (int c = 0; c < 8; ++c) {  // the signed weight
+      wv[c] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * c)), bias);
     }
   }
-  for (int k = 0; k < M; ++k) _mm256_storeu_ps(out + k * kRows + 8 * h, acc[k]);
+#pragma GCC unroll 2
+  for (int k = 0; k < M; ++k) {
+    const XBlock& xb = x[k * xs + b];
+    __m256i isum;
+    if constexpr (kQ4) {
+      __m256i s16 = _mm256_maddubs_epi16(wv[0], bcast4(xb.qs));
+#pragma GCC unroll 8
+      for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wv[c], bcast4(xb.qs + 4 * c)));
+      isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(xb.init));
+    } else {
+      isum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv[c]), _mm256_sign_epi8(bcast4(xb.qs + 4 * c), wv[c]));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
+      }
+    }
+    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc[k]);
+  }
 }
 
+// A tile (both halves, one pass over its blocks) x M <= 2 tokens: 4 accumulators + 8 weight
+// vectors of the 16 ymm registers.
 template <bool kQ4, int M>
 void tile_m(const uint8_t* tile, const XBlock* x, int64_t xs, int64_t nb, float* out) {
-  half_tile<kQ4, M>(tile, 0, x, xs, nb, out);
-  half_tile<kQ4, M>(tile, 1, x, xs, nb, out);
+  __m256 acc0[M], acc1[M];
+  for (int k = 0; k < M; ++k) acc0[k] = acc1[k] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = tile + b * group_bytes<kQ4>();
+    for (int64_t o = 0; o < group_bytes<kQ4>(); o += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + o), _MM_HINT_T0);
+    }
+    half_block<kQ4, M>(g, 0, x, xs, b, acc0);
+    half_block<kQ4, M>(g, 1, x, xs, b, acc1);
+  }
+  for (int k = 0; k < M; ++k) {
+    _mm256_storeu_ps(out + k * kRows, acc0[k]);
+    _mm256_storeu_ps(out + k * kRows + 8, acc1[k]);
+  }
 }
 
-// Tokens in groups of up to 4 (4 accumulators + 8 weight vectors of 16 ymm registers).
 template <bool kQ4>
 void dispatch(const void* tile, const XBlock* x, int64_t xs, int64_t nb, int m, float* out) {
   const auto* t = static_cast<const uint8_t*>(tile);
-  for (int k0 = 0; k0 < m; k0 += 4) {
-    const XBlock* xk = x + k0 * xs;
-    float* o = out + k0 * kRows;
-    switch (m - k0 >= 4 ? 4 : m - k0) {
-      case 1: tile_m<kQ4, 1>(t, xk, xs, nb, o); break;
-      case 2: tile_m<kQ4, 2>(t, xk, xs, nb, o); break;
-      case 3: tile_m<kQ4, 3>(t, xk, xs, nb, o); break;
-      default: tile_m<kQ4, 4>(t, xk, xs, nb, o); break;
+  for (int k0 = 0; k0 < m; k0 += 2) {
+    if (m - k0 >= 2) {
+      tile_m<kQ4, 2>(t, x + k0 * xs, xs, nb, out + k0 * kRows);
+    } else {
+      tile_m<kQ4, 1>(t, x + k0 * xs, xs, nb, out + k0 * kRows);
     }
   }
 }
