@@ -60,6 +60,7 @@ void dot_q4_0_q8_0_tile(const BlockQ4_0* w, const BlockQ8_0* x, int64_t x_stride
 // dot_wide_rows: as avx512::dot_wide_rows, on activations packed by this pack_wide.
 constexpr int kWideTileTokens = 3;
 constexpr int kWideSubRows = 16;
+constexpr int kWideBlockRows = 64;
 void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
 void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
                    int64_t num_tokens, float* y, int64_t y_stride);

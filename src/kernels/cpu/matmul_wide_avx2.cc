@@ -6,8 +6,9 @@
 // Register budget (16 ymm): a tile of 2 rows x 3 tokens keeps 12 accumulators; each half-step
 // (8 elements) loads 2 weight vectors and 3 activation vectors for 6 FMAs. Activations come
 // packed per tile of 3 tokens (pack_wide: the 3 vectors of one step adjacent), rows are walked in
-// sub-blocks of kWideSubRows that stay in L2 while every token tile runs over them, and the next
-// sub-block is prefetched into L2 meanwhile (as the AVX-512 path).
+// blocks of kWideBlockRows that stay in L2 while every token tile runs over their sub-blocks of
+// kWideSubRows, and the next block is prefetched into L2 meanwhile (as the AVX-512 path, without
+// the conversion to f32).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -122,21 +123,27 @@ void wide_rows(const typename L::T* w, int64_t ws, int64_t rows, const float* xp
                float* y, int64_t y_stride) {
   const int64_t steps = (n + 15) / 16;
   const int64_t tiles = (num_tokens + kWideTileTokens - 1) / kWideTileTokens;
-  for (int64_t s = 0; s < rows; s += kWideSubRows) {
-    const int64_t sub = std::min<int64_t>(kWideSubRows, rows - s);
-    const char* pf = reinterpret_cast<const char*>(w + (s + sub) * ws);
-    const int64_t next_rows = std::min<int64_t>(kWideSubRows, rows - s - sub);
+  // Several token tiles: blocks of kWideBlockRows rows stay in L2 while every token tile runs over
+  // their 16-row sub-blocks, so a tile's activations come from L3 once per block.
+  const int64_t block_rows = tiles > 1 ? kWideBlockRows : kWideSubRows;
+  for (int64_t s = 0; s < rows; s += block_rows) {
+    const int64_t blk = std::min<int64_t>(block_rows, rows - s);
+    const char* pf = reinterpret_cast<const char*>(w + (s + blk) * ws);
+    const int64_t next_rows = std::min<int64_t>(block_rows, rows - s - blk);
     int64_t pf_lines = tiles > 1 ? (next_rows * ws * static_cast<int64_t>(sizeof(typename L::T)) + 63) / 64 : 0;
     const bool stream = tiles == 1 || s == 0;
     for (int64_t t0 = 0; t0 < num_tokens; t0 += kWideTileTokens) {
       const int m = static_cast<int>(std::min<int64_t>(kWideTileTokens, num_tokens - t0));
       const float* xt = xp + t0 * steps * 16;
-      float* yt = y + t0 * y_stride + s;
-      const typename L::T* ws0 = w + s * ws;
-      switch (m) {
-        case 1: wide_sub<L, 1>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
-        case 2: wide_sub<L, 2>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
-        default: wide_sub<L, 3>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+      for (int64_t s1 = 0; s1 < blk; s1 += kWideSubRows) {
+        const int64_t sub = std::min<int64_t>(kWideSubRows, blk - s1);
+        const typename L::T* ws0 = w + (s + s1) * ws;
+        float* yt = y + t0 * y_stride + s + s1;
+        switch (m) {
+          case 1: wide_sub<L, 1>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+          case 2: wide_sub<L, 2>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+          default: wide_sub<L, 3>(ws0, ws, sub, xt, n, yt, y_stride, stream, pf, pf_lines); break;
+        }
       }
     }
   }
