@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels_test_util.h"
@@ -196,6 +197,29 @@ INSTANTIATE_TEST_SUITE_P(
       return type_name(c.dtype) + "_h" + std::to_string(c.num_heads) + "_kv" + std::to_string(c.num_kv_heads) + "_d" +
              std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size);
     });
+
+// On AVX-512 CPUs two query heads of a group share each key load (4 keys x 2 heads per tile);
+// the output equals the one-head-at-a-time AVX2 path bit for bit: odd and even group sizes,
+// head sizes with tails, sequences whose blocks are not contiguous (runs of 4 keys broken).
+TEST(Attention, HeadPairsEqualOneHeadAtATime) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512: heads are always scored one at a time";
+  Rng rng(11);
+  for (int64_t group : {1, 2, 3, 8}) {
+    for (int64_t hd : {8, 40, 64}) {
+      const int64_t nkv = 2, num_heads = group * nkv;
+      Fixture f(GgmlType::F32, nkv, hd, 16, {37, 70}, rng);
+      const Batch b = make_batch(f, {0, 50});
+      const std::vector<float> q = rng.vec(b.num_tokens() * num_heads * hd);
+      std::vector<float> paired(q.size()), single(q.size());
+      ThreadPool pool(2);
+      paged_attention(q.data(), f.kv, b.view(f), num_heads, 0.125f, paired.data(), &pool);
+      set_avx512_enabled(false);
+      paged_attention(q.data(), f.kv, b.view(f), num_heads, 0.125f, single.data(), &pool);
+      set_avx512_enabled(true);
+      ASSERT_EQ(std::memcmp(paired.data(), single.data(), q.size() * 4), 0) << "group " << group << " hd " << hd;
+    }
+  }
+}
 
 // paged_attention scores up to 4 keys in consecutive slots with one AVX2 tile, q as the tile's
 // row: each score must equal avx2::dot_f32(key, q) bit for bit (what a key alone gets), for

@@ -287,7 +287,7 @@ TEST(Matmul, WideEqualsWideReference) {
     for (int64_t cols : {256, 263, 300, 1040, 2080, 2095}) {
       const int64_t rows = 39;
       const TestWeights w = make_weights(type, rows, cols, rng);
-      for (int64_t num_tokens : {1, 2, 5, 6, 7, 13}) {
+      for (int64_t num_tokens : {1, 2, 5, 6, 7, 13, 25}) {
         SCOPED_TRACE(name_of(type) + " cols " + std::to_string(cols) + " tokens " + std::to_string(num_tokens));
         std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);
         std::vector<float> want(num_tokens * rows), y2(num_tokens * rows), y1(num_tokens * rows), yg(num_tokens * rows);

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/ops.h"
 
@@ -51,18 +52,15 @@ int64_t slot_of(const KvLayerView& kv, const int32_t* table, int64_t j) {
 }
 
 // offsets[j]: element offset of key j's slot (slot * num_kv_heads * head_dim), shared by every
-// head of the token.
+// head of the token. scores[j] = (q . k_j) * scale for j in [0, pos].
 template <bool kSimd>
-void attend(const KvLayerView& kv, const Problem& p, float scale, const std::vector<int64_t>& offsets,
-            std::vector<float>& scores) {
+void qk_scores(const KvLayerView& kv, const Problem& p, float scale, const std::vector<int64_t>& offsets,
+               float* scores) {
   const int64_t hd = kv.head_dim;
   const bool f16 = kv.dtype == GgmlType::F16;
   const int64_t n = p.pos + 1;
-  scores.resize(static_cast<size_t>(n));
   const auto* k32 = static_cast<const float*>(kv.k) + p.kvh * hd;
   const auto* k16 = static_cast<const uint16_t*>(kv.k) + p.kvh * hd;
-
-  float max = -std::numeric_limits<float>::infinity();
   const int64_t row = kv.num_kv_heads * hd;  // elements per slot
   for (int64_t j = 0; j < n;) {
     float d[avx2::kMaxTileTokens];
@@ -79,11 +77,39 @@ void attend(const KvLayerView& kv, const Problem& p, float scale, const std::vec
     } else {
       d[0] = f16 ? ref::dot_f16(k16 + offsets[j], p.q, hd) : ref::dot_f32(k32 + offsets[j], p.q, hd);
     }
-    for (int i = 0; i < m; ++i, ++j) {
-      scores[j] = d[i] * scale;
-      max = std::fmax(max, scores[j]);
+    for (int i = 0; i < m; ++i, ++j) scores[j] = d[i] * scale;
+  }
+}
+
+// The scores of two query heads (q, q + head_dim) sharing kv head kvh, F32 keys, AVX-512: tiles of
+// 4 keys in consecutive slots x the 2 queries (avx512::dot_float_tile), each dot product
+// bit-identical to avx2::dot_f32(k, q), so to qk_scores<true>.
+void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, int64_t n, float scale,
+                           const std::vector<int64_t>& offsets, float* s0, float* s1) {
+  const int64_t hd = kv.head_dim, row = kv.num_kv_heads * hd;
+  const auto* k32 = static_cast<const float*>(kv.k) + kvh * hd;
+  for (int64_t j = 0; j < n;) {
+    float d[8];
+    const int64_t o = offsets[j];
+    const bool run4 = j + 4 <= n && offsets[j + 1] == o + row && offsets[j + 2] == o + 2 * row &&
+                      offsets[j + 3] == o + 3 * row;
+    const int r = run4 ? 4 : 1;
+    avx512::dot_float_tile(GgmlType::F32, k32 + o, row, r, q, hd, hd, 2, d);
+    for (int i = 0; i < r; ++i, ++j) {
+      s0[j] = d[2 * i] * scale;
+      s1[j] = d[2 * i + 1] * scale;
     }
   }
+}
+
+// Softmax over scores[0, pos] (scaled q . k), then p.out = sum_j a_j v_j.
+template <bool kSimd>
+void softmax_pv(const KvLayerView& kv, const Problem& p, const std::vector<int64_t>& offsets, float* scores) {
+  const int64_t hd = kv.head_dim;
+  const bool f16 = kv.dtype == GgmlType::F16;
+  const int64_t n = p.pos + 1;
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) max = std::fmax(max, scores[j]);
   double sum = 0.0;
   for (int64_t j = 0; j < n; ++j) {
     scores[j] = std::exp(scores[j] - max);
@@ -93,10 +119,9 @@ void attend(const KvLayerView& kv, const Problem& p, float scale, const std::vec
   for (int64_t j = 0; j < n; ++j) scores[j] *= inv;  // the weights a_j
   if constexpr (kSimd) {
     if (f16) {
-      avx2::pv_accumulate_f16(static_cast<const uint16_t*>(kv.v) + p.kvh * hd, offsets.data(), n, scores.data(), hd,
-                              p.out);
+      avx2::pv_accumulate_f16(static_cast<const uint16_t*>(kv.v) + p.kvh * hd, offsets.data(), n, scores, hd, p.out);
     } else {
-      avx2::pv_accumulate_f32(static_cast<const float*>(kv.v) + p.kvh * hd, offsets.data(), n, scores.data(), hd, p.out);
+      avx2::pv_accumulate_f32(static_cast<const float*>(kv.v) + p.kvh * hd, offsets.data(), n, scores, hd, p.out);
     }
   } else {
     std::fill(p.out, p.out + hd, 0.0f);
@@ -141,6 +166,8 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   // Units of (token, kv head): the key offsets are computed once per unit and serve the `group`
   // query heads that share the kv head; units are dealt to threads round-robin.
   const int64_t num_units = num_tokens * kv.num_kv_heads;
+  // Pairs of query heads share each key load on AVX-512 CPUs (F32 KV cache; same bits).
+  const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && use_avx512_vnni();
   auto work = [&](int thread, int num_threads) {
     std::vector<float> scores;
     std::vector<int64_t> offsets;
@@ -153,9 +180,21 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
         for (int64_t j = 0; j <= b.positions[t]; ++j) offsets[j] = slot_of(kv, table, j) * row;
         offsets_token = t;
       }
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const int64_t n = b.positions[t] + 1;
+      scores.resize(static_cast<size_t>(2 * n));
+      for (int64_t h = g * group; h < (g + 1) * group;) {
         const Problem p{q + (t * num_heads + h) * hd, b.positions[t], g, out + (t * num_heads + h) * hd};
-        attend<kSimd>(kv, p, scale, offsets, scores);
+        if (pair512 && h + 1 < (g + 1) * group) {
+          const Problem p1{p.q + hd, p.pos, g, p.out + hd};
+          qk_scores_pair_avx512(kv, p.q, g, n, scale, offsets, scores.data(), scores.data() + n);
+          softmax_pv<kSimd>(kv, p, offsets, scores.data());
+          softmax_pv<kSimd>(kv, p1, offsets, scores.data() + n);
+          h += 2;
+        } else {
+          qk_scores<kSimd>(kv, p, scale, offsets, scores.data());
+          softmax_pv<kSimd>(kv, p, offsets, scores.data());
+          h += 1;
+        }
       }
     }
   };

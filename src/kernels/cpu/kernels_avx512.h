@@ -53,14 +53,15 @@ void dot_float_tile(GgmlType type, const void* w, int64_t w_stride, int r, const
 // aligned.
 // dot_wide_rows: `rows` rows (row i at w + i * w_stride elements) x num_tokens packed tokens (xp,
 // from pack_wide), n elements per row -> y[t * y_stride + i]. With several token tiles, rows go
-// in blocks of kWideBlockRows, converted to f32 and packed once, kept in L2 while every token
-// tile runs over them (the next block prefetched meanwhile), in sub-blocks of kWideSubRows rows
-// and chunks of kWideChunk elements (accumulators parked between chunks); the bits do not depend
-// on this blocking.
+// in blocks of kWideBlockRows (converted to f32 and packed once from kWidePackTiles tiles on),
+// kept in L2 while every token tile runs over them (the next block prefetched meanwhile), in
+// sub-blocks of kWideSubRows rows and chunks of kWideChunk elements (accumulators parked between
+// chunks); the bits do not depend on this blocking.
 constexpr int64_t kMinWideCols = 256;
 constexpr int kWideTileTokens = 6;
 constexpr int kWideSubRows = 16;
 constexpr int kWideBlockRows = 64;
+constexpr int kWidePackTiles = 4;  // token tiles from which a block is converted to f32 first
 constexpr int64_t kWideChunk = 2048;  // (512, 1024, 2048, whole rows: 2048 and up best on TinyLlama)
 void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
 void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,

@@ -303,12 +303,15 @@ void wide_rows(const typename L::T* w, int64_t ws, int64_t rows, const float* xp
   const int64_t tiles = (num_tokens + kWideTileTokens - 1) / kWideTileTokens;
   thread_local std::vector<float> abuf;
   float* ap = nullptr;
-  // Several token tiles: a block of up to kWideBlockRows rows is converted and packed once
-  // (pack_rows) and stays in L2; each token tile's activations are read from L3 once per block
-  // and then from L2 by every 16-row sub-block of it (TinyLlama F16 pp512: blocks of 16 rows
-  // 52-60 tokens/s, 32 70-75, 64 63-75, 96 66-67, 128 64-73).
+  // Several token tiles: a block of up to kWideBlockRows rows (converted and packed once by
+  // pack_rows when there are at least kWidePackTiles tiles) stays in L2; each token tile's
+  // activations are read from L3 once per block and then from L2 by every 16-row sub-block of it
+  // (TinyLlama F16 pp512: blocks of 16 rows 52-60 tokens/s, 32 70-75, 64 63-75, 96 66-67,
+  // 128 64-73).
   const int64_t block_rows = tiles > 1 ? kWideBlockRows : kWideSubRows;
-  if (tiles > 1) {
+  // Converting a block costs a pass over it; with 3 tiles (16 decode streams) reading f16 and
+  // converting in the loop is faster (TinyLlama F16, 16 streams: 42-46 packed, 55-67 tokens/s not).
+  if (tiles >= kWidePackTiles) {
     abuf.resize(static_cast<size_t>(block_rows * steps * 16 + 16));
     ap = abuf.data() + (16 - reinterpret_cast<uintptr_t>(abuf.data()) / 4 % 16) % 16;  // 64-byte aligned
   }
