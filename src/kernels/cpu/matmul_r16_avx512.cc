@@ -41,12 +41,14 @@ void r16_tile(const uint8_t* tile, const XBlock* x, int64_t xs, int64_t nb, floa
     __m512i wv[8];
     if constexpr (kQ4) {
       const __m512i nib = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) {
         const __m512i z = _mm512_loadu_si512(q + 64 * v);
         wv[v] = _mm512_and_si512(z, nib);
         wv[v + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), nib);
       }
     } else {
+#pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) wv[c] = _mm512_loadu_si512(q + 64 * c);
     }
 #pragma GCC unroll 8
