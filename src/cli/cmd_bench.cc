@@ -36,15 +36,23 @@ int32_t argmax_row(const float* x, int64_t n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
-// Output tokens/s of `num_seqs` sequences decoding together: each gets a 4-token random prompt
-// (prefilled in one untimed pass), then up to `max_steps` timed steps of one token per sequence,
-// greedy. Steps are capped so that every sequence fits in the KV cache; 0 if not even 2 fit.
-double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, std::mt19937& rng) {
-  constexpr int64_t kPrompt = 4;
-  const int64_t block_size = llm.kv_manager().block_size();
+constexpr int64_t kBatchPrompt = 4;  // tokens of each batched-decode sequence's prompt
+
+// Decode steps `num_seqs` sequences can take together in this KV cache (each a kBatchPrompt-token
+// prompt plus one token per step), at most max_steps.
+int64_t batch_steps(LLM& llm, int64_t num_seqs, int64_t max_steps) {
   const int64_t blocks_per_seq = llm.kv_cache().num_blocks() / num_seqs;
-  const int64_t steps = std::min(max_steps, blocks_per_seq * block_size - kPrompt);
-  if (steps < 2) return 0;
+  return std::min(max_steps, blocks_per_seq * llm.kv_manager().block_size() - kBatchPrompt);
+}
+
+// Output tokens/s of `num_seqs` sequences decoding together: each gets a 4-token random prompt
+// (prefilled in one untimed pass), then batch_steps() - 1 timed steps of one token per sequence,
+// greedy. Precondition: batch_steps() >= 2 (run_latency checks it).
+double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, std::mt19937& rng) {
+  constexpr int64_t kPrompt = kBatchPrompt;
+  const int64_t block_size = llm.kv_manager().block_size();
+  const int64_t steps = batch_steps(llm, num_seqs, max_steps);
+  PAGELLM_CHECK(steps >= 2, "batch_decode_tokens_per_s: the batch does not fit");
   const int64_t vocab = llm.model().config().vocab_size;
   std::vector<std::string> ids;
   std::vector<std::vector<int32_t>> tokens(num_seqs);
@@ -86,8 +94,29 @@ int run_latency(const LatencyArgs& a) {
   LLM llm(cfg);
   const LlamaConfig& mc = llm.model().config();
   const int64_t ctx = mc.max_position_embeddings;
-  const int64_t n_prompt = std::clamp<int64_t>(a.prompt_tokens, 1, ctx - 1);
-  const int32_t n_gen = static_cast<int32_t>(std::clamp<int64_t>(a.gen_tokens, 1, ctx - n_prompt));
+  // Decode needs 2 generated tokens to time one step; the prompt gives way to them.
+  if (a.gen_tokens < 2 || a.gen_tokens > ctx - 1) {
+    throw Error("--gen-tokens must be in [2, " + std::to_string(ctx - 1) + "] for this model (context " +
+                std::to_string(ctx) + " tokens), got " + std::to_string(a.gen_tokens));
+  }
+  if (a.prompt_tokens < 1) throw Error("--prompt-tokens must be >= 1, got " + std::to_string(a.prompt_tokens));
+  const int64_t n_prompt = std::min<int64_t>(a.prompt_tokens, ctx - a.gen_tokens);
+  const auto n_gen = static_cast<int32_t>(a.gen_tokens);
+  if (n_prompt < a.prompt_tokens) {
+    std::fprintf(stderr, "note: --prompt-tokens %lld + --gen-tokens %d exceed the context (%lld tokens): prompt of %lld\n",
+                 static_cast<long long>(a.prompt_tokens), n_gen, static_cast<long long>(ctx),
+                 static_cast<long long>(n_prompt));
+  }
+  // Every batch size must fit the KV cache (one context's worth of blocks) for >= 2 steps.
+  for (int64_t b : a.batch) {
+    if (batch_steps(llm, b, n_gen) >= 2) continue;
+    int64_t largest = 0;
+    while (batch_steps(llm, largest + 1, n_gen) >= 2) ++largest;
+    throw Error("--batch " + std::to_string(b) + ": " + std::to_string(b) + " sequences do not fit the KV cache (" +
+                std::to_string(llm.kv_cache().num_blocks()) + " blocks of " +
+                std::to_string(llm.kv_manager().block_size()) + " tokens, one context's worth); at most " +
+                std::to_string(largest) + " here");
+  }
 
   // Deterministic random prompt over non-special tokens.
   std::mt19937 rng(1);
@@ -106,10 +135,7 @@ int run_latency(const LatencyArgs& a) {
   const GenerateResult r = llm.generate(prompt, opt);
   const GenerateTimings& t = r.timings;
   nlohmann::json batch_tps = nlohmann::json::object();
-  for (int64_t b : a.batch) {
-    PAGELLM_CHECK(b >= 1, "--batch sizes must be >= 1, got " + std::to_string(b));
-    batch_tps[std::to_string(b)] = batch_decode_tokens_per_s(llm, b, n_gen, rng);
-  }
+  for (int64_t b : a.batch) batch_tps[std::to_string(b)] = batch_decode_tokens_per_s(llm, b, n_gen, rng);
 
   const double rss_mib = peak_rss_mib();  // before the probe's buffer
   const double bw = measure_read_bandwidth_gbps(llm.pool(), a.probe_mib << 20, 5);
@@ -155,11 +181,16 @@ Handler add_bench(CLI::App& app) {
   CLI::App* lat = app.add_subcommand("latency", "Single-stream prompt and generation tokens/s, with a bandwidth probe");
   auto a = std::make_shared<LatencyArgs>();
   lat->add_option("-m,--model", a->model, "GGUF model (default: the bundled stories260K)");
-  lat->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length, tokens (clamped to the context)");
-  lat->add_option("--gen-tokens", a->gen_tokens, "Tokens to generate");
-  lat->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)");
-  lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB");
-  lat->add_option("--batch", a->batch, "Batched decode sizes, e.g. 1,4,16,64")
+  lat->add_option("--prompt-tokens", a->prompt_tokens,
+                  "Prompt length, tokens (shortened so that prompt + generated tokens fit the context)");
+  lat->add_option("--gen-tokens", a->gen_tokens,
+                  "Tokens to generate (>= 2; the first comes from the prefill, the rest are timed decode steps)");
+  lat->add_option("-t,--threads", a->threads, "Worker threads (0 or unset: all cores)")
+      ->check(CLI::Range(0, 4096));
+  lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  lat->add_option("--batch", a->batch,
+                  "Batched decode sizes, e.g. 1,4,16 (none by default); each must fit the KV cache of one context")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   lat->add_flag("--json", a->json, "Print one JSON object");

@@ -54,7 +54,7 @@ inline void half_block(const uint8_t* g, int h, const XBlock* x, int64_t xs, int
       wv[c] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * c)), bias);
     }
   }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (int k = 0; k < M; ++k) {
     const XBlock& xb = x[k * xs + b];
     __m256i isum;
@@ -96,14 +96,42 @@ void tile_m(const uint8_t* tile, const XBlock* x, int64_t xs, int64_t nb, float*
   }
 }
 
+// One half of a tile (rows 8h .. 8h + 7) x M <= 4 tokens, over all its blocks: 4 accumulators
+// + 8 weight vectors; a tile's bytes are read twice (the second half from cache).
+template <bool kQ4, int M>
+void half_m(const uint8_t* tile, int h, const XBlock* x, int64_t xs, int64_t nb, float* out) {
+  __m256 acc[M];
+  for (int k = 0; k < M; ++k) acc[k] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) half_block<kQ4, M>(tile + b * group_bytes<kQ4>(), h, x, xs, b, acc);
+  for (int k = 0; k < M; ++k) _mm256_storeu_ps(out + k * kRows + 8 * h, acc[k]);
+}
+
+// Up to 2 tokens: both halves in one pass (the tile streams once, decode). More: half passes of
+// up to 4 tokens (the weights are unpacked once per 4 tokens instead of per 2; microbench,
+// 1 thread, Q4_0 at 64 tokens 85-115 -> 115-137 GFLOP/s).
 template <bool kQ4>
 void dispatch(const void* tile, const XBlock* x, int64_t xs, int64_t nb, int m, float* out) {
   const auto* t = static_cast<const uint8_t*>(tile);
-  for (int k0 = 0; k0 < m; k0 += 2) {
-    if (m - k0 >= 2) {
-      tile_m<kQ4, 2>(t, x + k0 * xs, xs, nb, out + k0 * kRows);
-    } else {
-      tile_m<kQ4, 1>(t, x + k0 * xs, xs, nb, out + k0 * kRows);
+  if (m <= 2) {
+    for (int k0 = 0; k0 < m; k0 += 2) {
+      if (m - k0 >= 2) {
+        tile_m<kQ4, 2>(t, x + k0 * xs, xs, nb, out + k0 * kRows);
+      } else {
+        tile_m<kQ4, 1>(t, x + k0 * xs, xs, nb, out + k0 * kRows);
+      }
+    }
+    return;
+  }
+  for (int k0 = 0; k0 < m; k0 += 4) {
+    const XBlock* xk = x + k0 * xs;
+    float* o = out + k0 * kRows;
+    for (int h = 0; h < 2; ++h) {
+      switch (m - k0 >= 4 ? 4 : m - k0) {
+        case 1: half_m<kQ4, 1>(t, h, xk, xs, nb, o); break;
+        case 2: half_m<kQ4, 2>(t, h, xk, xs, nb, o); break;
+        case 3: half_m<kQ4, 3>(t, h, xk, xs, nb, o); break;
+        default: half_m<kQ4, 4>(t, h, xk, xs, nb, o); break;
+      }
     }
   }
 }

@@ -1,0 +1,69 @@
+// `pagellm bench latency` end to end on the bundled model: the JSON fields a run reports, and the
+// settings it refuses with a message instead of printing 0.00 tokens/s.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace pagellm::cli {
+namespace {
+
+const std::string kModel = std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf";
+
+struct CliRun {
+  int status;
+  std::string out, err;
+};
+
+CliRun run_latency(const std::string& args) {
+  const std::string out = testing::TempDir() + "bench_latency_out.txt";
+  const std::string err = testing::TempDir() + "bench_latency_err.txt";
+  const std::string cmd = std::string(PAGELLM_BINARY) + " bench latency -m " + kModel + " --probe-mib 8 --threads 2 " +
+                          args + " > " + out + " 2> " + err;
+  const int status = std::system(cmd.c_str());
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  return {status, slurp(out), slurp(err)};
+}
+
+TEST(BenchLatencyCli, JsonReportsEveryFigure) {
+  const CliRun r = run_latency("--prompt-tokens 32 --gen-tokens 8 --batch 1,4 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_tokens"], 32);
+  EXPECT_EQ(j["gen_tokens"], 7);  // the first token comes from the prefill
+  EXPECT_GT(j["prefill_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["decode_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["batch_decode_tokens_per_s"]["1"].get<double>(), 0);
+  EXPECT_GT(j["batch_decode_tokens_per_s"]["4"].get<double>(), 0);
+  EXPECT_GT(j["bandwidth_gb_per_s"].get<double>(), 0);
+}
+
+TEST(BenchLatencyCli, PromptGivesWayToGeneratedTokens) {
+  // stories260K has a 512-token context: 512 + 16 do not fit, the prompt is shortened to 496.
+  const CliRun r = run_latency("--prompt-tokens 512 --gen-tokens 16 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["prompt_tokens"], 496);
+  EXPECT_NE(r.err.find("prompt of 496"), std::string::npos) << r.err;
+}
+
+TEST(BenchLatencyCli, RefusesWhatCannotBeMeasured) {
+  const CliRun big = run_latency("--prompt-tokens 8 --gen-tokens 8 --batch 1,64");
+  EXPECT_NE(big.status, 0);
+  EXPECT_NE(big.err.find("--batch 64: 64 sequences do not fit the KV cache"), std::string::npos) << big.err;
+  EXPECT_NE(big.err.find("at most 32"), std::string::npos) << big.err;
+  const CliRun one = run_latency("--gen-tokens 1");
+  EXPECT_NE(one.status, 0);
+  EXPECT_NE(one.err.find("--gen-tokens must be in [2, 511]"), std::string::npos) << one.err;
+  const CliRun zero = run_latency("--prompt-tokens 0");
+  EXPECT_NE(zero.status, 0);
+  EXPECT_NE(zero.err.find("--prompt-tokens must be >= 1"), std::string::npos) << zero.err;
+}
+
+}  // namespace
+}  // namespace pagellm::cli
