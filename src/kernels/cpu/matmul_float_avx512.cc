@@ -1,5 +1,9 @@
-// AVX-512 tiles for F32 / F16 / BF16 weights (entered only when use_avx512_float(), see
-// kernels_avx512.h), bit-identical to avx2::dot_*_tile.
+// AVX-512 tiles for F32 / F16 / BF16 weights (entered only when use_avx512_vnni(); contracts in
+// kernels_avx512.h). Two arithmetics:
+//   - matrices of >= kMinWideCols columns: the "wide" tiles below (one 16-lane accumulator per
+//     output, ref::dot_*_wide, bit-identical to matmul_wide_avx2.cc), with the blocking described
+//     at wide_rows;
+//   - narrower matrices: dot_float_tile, bit-identical to avx2::dot_*_tile (ggml's arithmetic):
 //
 // The AVX2 kernel keeps 4 accumulators of 8 lanes per output (elements i + 8a + l of each step of
 // 32 go to accumulator a, lane l), then 8-element steps into accumulator 0, then
