@@ -228,13 +228,66 @@ TEST(Matmul, RepackedEqualsBlockSumReference) {
   }
 }
 
+// Repacked F32/F16/BF16 weights (AVX2 CPUs without AVX-512) give exactly the sequential
+// reference (one FMA chain per output over the activations rounded as matmul does) for every
+// token count (so the result is batch invariant), 1 and 2 threads, tail rows in GGUF layout, K
+// chunks and odd column counts; and stay close to the GGUF-layout kernels.
+TEST(Matmul, RepackedFloatEqualsSequentialReference) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the repacked layout is never made";
+  Rng rng(81);
+  ThreadPool pool(2);
+  set_avx512_enabled(false);  // repack_pays() is true for floats only without AVX-512
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    for (int64_t rows : {16, 37, 80}) {
+      for (int64_t cols : {256, 301, 1030}) {
+        const TestWeights w = make_weights(type, rows, cols, rng);
+        ASSERT_TRUE(repack_pays(w.view()));
+        std::vector<uint8_t> packed(static_cast<size_t>(rows * w.view().row_bytes()));
+        const WeightView pv = repack_weight(w.view(), packed.data(), &pool);
+        ASSERT_EQ(pv.layout, WeightLayout::kRepacked16);
+        ASSERT_FALSE(repack_pays(pv));
+        for (int64_t num_tokens : {1, 2, 3, 4, 5, 6, 7, 13, 19}) {
+          SCOPED_TRACE(name_of(type) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " tokens " +
+                       std::to_string(num_tokens));
+          std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);
+          std::vector<float> xr(cols), want(num_tokens * rows), y2(num_tokens * rows), y1(num_tokens * rows),
+              yg(num_tokens * rows);
+          const auto* raw = static_cast<const uint8_t*>(w.view().data);
+          for (int64_t t = 0; t < num_tokens; ++t) {
+            round_activations(type, &x[t * cols], cols, xr.data());
+            for (int64_t r = 0; r < rows; ++r) {
+              const uint8_t* row = raw + r * w.view().row_bytes();
+              want[t * rows + r] =
+                  type == GgmlType::F32   ? ref::dot_f32_seq(reinterpret_cast<const float*>(row), 1, xr.data(), cols)
+                  : type == GgmlType::F16 ? ref::dot_f16_seq(reinterpret_cast<const uint16_t*>(row), 1, xr.data(), cols)
+                                          : ref::dot_bf16_seq(reinterpret_cast<const uint16_t*>(row), 1, xr.data(), cols);
+            }
+          }
+          matmul(pv, x.data(), num_tokens, y2.data(), &pool);
+          matmul(pv, x.data(), num_tokens, y1.data(), nullptr);
+          ASSERT_EQ(std::memcmp(y2.data(), want.data(), want.size() * 4), 0);
+          ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
+          set_avx512_enabled(true);  // the repacked kernels do not depend on it
+          matmul(pv, x.data(), num_tokens, y1.data(), &pool);
+          set_avx512_enabled(false);
+          ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
+          matmul(w.view(), x.data(), num_tokens, yg.data(), nullptr);  // 16-lane arithmetic
+          for (size_t i = 0; i < yg.size(); ++i) ASSERT_NEAR(y1[i], yg[i], 1e-4f * (1.0f + std::fabs(yg[i]))) << i;
+        }
+      }
+    }
+  }
+  set_avx512_enabled(true);
+}
+
 // Layouts that cannot be repacked, or read, stop the program (programming errors, PAGELLM_CHECK).
 TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
   Rng rng(79);
-  const TestWeights f16 = make_weights(GgmlType::F16, 4, 256, rng);
+  const TestWeights f16 = make_weights(GgmlType::F16, 4, 256, rng);  // fewer than 16 rows
   EXPECT_FALSE(repack_pays(f16.view()));
   std::vector<uint8_t> buf(4 * 512);
-  EXPECT_DEATH(repack_weight(f16.view(), buf.data(), nullptr), "has no repacked layout");
+  const WeightView q4_1{GgmlType::Q4_1, 4, 64, buf.data()};
+  EXPECT_DEATH(repack_weight(q4_1, buf.data() + 256, nullptr), "has no repacked layout");
   const TestWeights q = make_weights(GgmlType::Q4_0, 4, 64, rng);  // fewer than 16 rows and 256 columns
   EXPECT_FALSE(repack_pays(q.view()));
   EXPECT_FALSE(repack_pays(make_weights(GgmlType::Q4_0, 32, 224, rng).view()));
@@ -243,6 +296,13 @@ TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
     set_repack_enabled(false);
     EXPECT_FALSE(repack_pays(make_weights(GgmlType::Q8_0, 16, 256, rng).view()));
     set_repack_enabled(true);
+    // Float weights: repacked only where the AVX-512 wide tiles do not run.
+    const TestWeights f16_big = make_weights(GgmlType::F16, 16, 256, rng);
+    EXPECT_EQ(repack_pays(f16_big.view()), !use_avx512_vnni());
+    set_avx512_enabled(false);
+    EXPECT_TRUE(repack_pays(f16_big.view()));
+    EXPECT_FALSE(repack_pays(make_weights(GgmlType::BF16, 16, 255, rng).view()));
+    set_avx512_enabled(true);
   }
   WeightView packed = q.view();
   packed.layout = WeightLayout::kRepacked16;

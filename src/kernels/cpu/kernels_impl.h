@@ -33,6 +33,13 @@ float dot_bf16_wide(const uint16_t* w, const float* x, int64_t n);
 // exact int32 sum, then s = fma(float(isum), d_w * d_x, s), blocks in order from s = 0.
 float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
 float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
+// "Sequential" float arithmetic, of F32/F16/BF16 weights repacked on AVX2 CPUs without AVX-512
+// (WeightLayout::kRepacked16): s = 0, then s = fma(w[i * w_stride], x[i], s) for i = 0 .. n - 1.
+// x is already rounded to the weight's type (round_activations); w_stride in elements (1 for a
+// GGUF row, 16 for a row of a repacked tile).
+float dot_f32_seq(const float* w, int64_t w_stride, const float* x, int64_t n);
+float dot_f16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n);
+float dot_bf16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n);
 }  // namespace ref
 
 namespace avx2 {
@@ -64,6 +71,17 @@ constexpr int kWideBlockRows = 64;
 void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
 void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
                    int64_t num_tokens, float* y, int64_t y_stride);
+
+// "Sequential" arithmetic (ref::dot_*_seq) on repacked F32/F16/BF16 tiles (matmul_seq_avx2.cc).
+// pack_seq: x [num_tokens, n] f32 -> out [num_tokens * n]: token tiles of kSeqTileTokens (the
+// last may be smaller, m tokens), tile t0 at out + t0 * n holding token t's element k at
+// k * m + t, rounded as round_activations(type).
+// seq_tiles: `tiles` consecutive 16-row tiles from w (repacked, n columns) x every token:
+// y[t * y_stride + 16 * i + r] = ref::dot_*_seq(tile i row r, token t).
+constexpr int kSeqTileTokens = 6;
+void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
+void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+               int64_t y_stride);
 
 // Attention helpers (q . k uses dot_f32 / dot_f16 above with w = k). v rows are f32 or f16.
 // acc[i] += a * v[i], i in [0, n), one fused multiply-add per element.

@@ -4,6 +4,9 @@
 //   Q8_0/Q4_0 repacked at load (WeightLayout::kRepacked16, AVX2 or AVX-512 VNNI CPUs):
 //     matmul_repacked, 16-row tiles x up to 8 tokens, exact per-block integer sums, the same bits
 //     on either ISA (kernels_r16.h).
+//   F32/F16/BF16 repacked at load (WeightLayout::kRepacked16, AVX2 CPUs without AVX-512):
+//     matmul_repacked_float, 16-row tiles x up to 6 tokens, one sequential FMA chain per output
+//     (ref::dot_*_seq, matmul_seq_avx2.cc).
 //   Q8_0/Q4_0 in GGUF layout, AVX-512 VNNI: avx512::dot_*_tile (up to 8 tokens, activations
 //     prepared once per call as PairQ8), bit-identical to the AVX2 tiles (ggml's arithmetic).
 //   F32/F16/BF16, >= 256 columns: one 16-lane accumulator per output (ref::dot_*_wide), the same
@@ -138,13 +141,50 @@ void matmul_repacked(const WeightView& w, const BlockQ8_0* xq, int64_t num_token
   }
 }
 
+// WeightLayout::kRepacked16 F32/F16/BF16 ("sequential" arithmetic, matmul_seq_avx2.cc): threads
+// take chunks of 16-row tiles; the rows after the last tile (GGUF layout) are one more unit,
+// computed with the scalar ref::dot_*_seq (the same chains, so the same bits).
+void matmul_repacked_float(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool) {
+  const int64_t rows = w.rows, cols = w.cols, rb = w.row_bytes();
+  constexpr int64_t kT = r16::kRows;
+  thread_local std::vector<float> xs;
+  xs.resize(static_cast<size_t>(num_tokens * cols));
+  avx2::pack_seq(w.type, x, num_tokens, cols, xs.data());
+  const float* xp = xs.data();  // (workers see their own thread_local xs)
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t tiles = rows / kT, units = tiles + (rows % kT != 0 ? 1 : 0);
+  auto run_units = [&](int64_t u0, int64_t u1) {
+    const int64_t t1 = std::min(u1, tiles);
+    if (u0 < t1) avx2::seq_tiles(w.type, base + u0 * kT * rb, t1 - u0, xp, cols, num_tokens, y + u0 * kT, rows);
+    if (u1 <= tiles) return;
+    std::vector<float> xr(static_cast<size_t>(cols));
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      round_activations(w.type, x + t * cols, cols, xr.data());
+      for (int64_t r = tiles * kT; r < rows; ++r) {
+        const uint8_t* wr = base + r * rb;
+        float v = 0.0f;
+        switch (w.type) {
+          case GgmlType::F32: v = ref::dot_f32_seq(reinterpret_cast<const float*>(wr), 1, xr.data(), cols); break;
+          case GgmlType::F16: v = ref::dot_f16_seq(reinterpret_cast<const uint16_t*>(wr), 1, xr.data(), cols); break;
+          default: v = ref::dot_bf16_seq(reinterpret_cast<const uint16_t*>(wr), 1, xr.data(), cols); break;
+        }
+        y[t * rows + r] = v;
+      }
+    }
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || units < 2 || rows * cols * num_tokens < kMinParallelMacs) {
+    run_units(0, units);
+  } else {
+    pool->parallel_for_dynamic(units, dynamic_grain(units, pool), run_units);
+  }
+}
+
 }  // namespace
 
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool) {
   const GgmlType type = w.type;
   const bool repacked = w.layout == WeightLayout::kRepacked16;
-  PAGELLM_CHECK(!repacked || (is_quantized(type) && cpu_has_avx2()),
-                "matmul: repacked weights need Q8_0/Q4_0 and a CPU with AVX2");
+  PAGELLM_CHECK(!repacked || cpu_has_avx2(), "matmul: repacked weights need a CPU with AVX2");
   PAGELLM_CHECK(type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || is_quantized(type),
                 "matmul: unsupported weight type " + type_name(type));
   PAGELLM_CHECK(w.rows >= 0 && w.cols > 0 && num_tokens >= 0, "matmul: bad shape");
@@ -152,6 +192,8 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const int64_t rows = w.rows, cols = w.cols;
   const int64_t row_bytes = w.row_bytes();
   const bool simd = use_avx2();
+  // Repacked weights run on their own kernels whatever use_avx2() says now (they were made for them).
+  if (repacked && !is_quantized(type)) return matmul_repacked_float(w, x, num_tokens, y, pool);
 
   // Activations: f32 as given, or quantized to q8_0 once per token.
   const void* xa = x;

@@ -109,6 +109,25 @@ float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
   return s;
 }
 
+namespace {
+template <typename Load>
+float dot_seq(Load load, const float* x, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s = std::fma(load(i), x[i], s);
+  return s;
+}
+}  // namespace
+
+float dot_f32_seq(const float* w, int64_t w_stride, const float* x, int64_t n) {
+  return dot_seq([&](int64_t i) { return w[i * w_stride]; }, x, n);
+}
+float dot_f16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n) {
+  return dot_seq([&](int64_t i) { return fp16_to_fp32(w[i * w_stride]); }, x, n);
+}
+float dot_bf16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n) {
+  return dot_seq([&](int64_t i) { return bf16_to_fp32(w[i * w_stride]); }, x, n);
+}
+
 }  // namespace ref
 
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y) {

@@ -1,5 +1,6 @@
 // Repacking of Q8_0 / Q4_0 weight rows into WeightLayout::kRepacked16 (layout: kernels_r16.h), and
-// the activation blocks its tiles read (r16::prepare).
+// the activation blocks its tiles read (r16::prepare); of F32 / F16 / BF16 rows into 16-row tiles
+// with element (r, k) at k * 16 + r (the "sequential" arithmetic, matmul_seq_avx2.cc).
 // Plain byte moves: baseline code, no intrinsics.
 #include <cstring>
 #include <string>
@@ -34,6 +35,22 @@ void repack_tile(GgmlType type, const uint8_t* src, int64_t rb, int64_t nb, uint
   }
 }
 
+// One tile of 16 GGUF rows (stride rb bytes) of E-sized elements -> element (r, k) at k * 16 + r.
+template <typename E>
+void repack_float_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
+  E* out = reinterpret_cast<E*>(dst);  // (byte buffers: E is uint16_t or uint32_t, copied by value)
+  for (int r = 0; r < r16::kRows; ++r) {
+    const uint8_t* row = src + r * rb;
+    for (int64_t k = 0; k < cols; ++k) {
+      E v;
+      std::memcpy(&v, row + k * static_cast<int64_t>(sizeof(E)), sizeof(E));
+      std::memcpy(out + k * r16::kRows + r, &v, sizeof(E));
+    }
+  }
+}
+
+bool is_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
 // Narrower matrices keep ggml's arithmetic: their matmuls cost little either way, and the small
 // models that have them (stories260K: 64 columns) are the ones with llama.cpp golden data.
 constexpr int64_t kMinRepackCols = 256;
@@ -41,21 +58,31 @@ constexpr int64_t kMinRepackCols = 256;
 }  // namespace
 
 bool repack_pays(const WeightView& w) {
-  return (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0) && w.layout == WeightLayout::kGguf &&
-         use_repacking() && w.rows >= r16::kRows && w.cols >= kMinRepackCols;
+  const bool quantized = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0;
+  // Float weights: only where the AVX-512 wide tiles (GGUF layout) are not used.
+  const bool float_seq = is_float(w.type) && !use_avx512_vnni();
+  return (quantized || float_seq) && w.layout == WeightLayout::kGguf && use_repacking() && w.rows >= r16::kRows &&
+         w.cols >= kMinRepackCols;
 }
 
 WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
-  PAGELLM_CHECK(w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0,
+  PAGELLM_CHECK(w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || is_float(w.type),
                 "repack_weight: " + type_name(w.type) + " has no repacked layout");
   PAGELLM_CHECK(w.layout == WeightLayout::kGguf, "repack_weight: already repacked");
-  PAGELLM_CHECK(w.cols % kQK8_0 == 0 && w.rows >= 0, "repack_weight: bad shape");
+  PAGELLM_CHECK((is_float(w.type) || w.cols % kQK8_0 == 0) && w.rows >= 0, "repack_weight: bad shape");
   const int64_t rb = w.row_bytes(), nb = w.cols / kQK8_0;
   const auto* src = static_cast<const uint8_t*>(w.data);
   auto* dst = static_cast<uint8_t*>(out);
   const int64_t tiles = w.rows / r16::kRows, tile_bytes = r16::kRows * rb;
   auto run = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) repack_tile(w.type, src + t * tile_bytes, rb, nb, dst + t * tile_bytes);
+    for (int64_t t = t0; t < t1; ++t) {
+      if (is_float(w.type)) {
+        (w.type == GgmlType::F32 ? repack_float_tile<uint32_t> : repack_float_tile<uint16_t>)(
+            src + t * tile_bytes, rb, w.cols, dst + t * tile_bytes);
+      } else {
+        repack_tile(w.type, src + t * tile_bytes, rb, nb, dst + t * tile_bytes);
+      }
+    }
   };
   if (pool != nullptr) {
     pool->parallel_for(tiles, run);

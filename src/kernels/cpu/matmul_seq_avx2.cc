@@ -1,0 +1,187 @@
+// The "sequential" F32/F16/BF16 arithmetic of repacked float weights (WeightLayout::kRepacked16 on
+// AVX2 CPUs without AVX-512, ops.h; oracle ref::dot_*_seq): every output is one chain
+// s = fma(w[r, k], x[t, k], s), k = 0, 1, ..., n - 1 from s = 0, so the vector lanes hold 16
+// different rows, never parts of one sum, and the bits do not depend on the ISA or the batch.
+//
+// Layout: a tile of 16 rows keeps element (r, k) at k * 16 + r, so one step k loads the 16 rows'
+// weights as two ymm and multiplies them by a broadcast activation (a GEMM micro-kernel in the
+// BLIS style: Van Zee & van de Geijn 2015, "BLIS: A Framework for Rapidly Instantiating BLAS
+// Functionality"). Register budget (16 ymm): 1 tile x 6 tokens = 12 accumulators + 2 weights +
+// 1 broadcast: per step 2 weight loads, 6 broadcasts, 12 FMAs. Several tiles share a step when
+// there are fewer tokens, so a decode GEMV still has 8 independent FMA chains.
+//
+// Blocking for many tokens (prefill): K in chunks of kSeqChunk steps; for each chunk, each tile
+// of a block of kSeqBlockTiles tiles runs every token tile with its chunk of weights in L1
+// (16 x 256 x 2 bytes for F16) while the activations' chunk (tokens x 256 x 4 bytes) stays in
+// L2 for the whole block. Accumulators are parked in y between chunks and reloaded: the chain of
+// each output continues exactly where it stopped.
+//
+// Compiled with -O3 (CMakeLists.txt): at -O2 GCC 12 keeps the accumulator arrays on the stack.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/kernels_impl.h"
+
+namespace pagellm::kernels::avx2 {
+namespace {
+
+constexpr int64_t kSeqChunk = 256;
+constexpr int64_t kSeqBlockTiles = 4;
+constexpr int64_t kPrefetchBytes = 8192;
+
+struct F32S {
+  using T = float;
+  static void load16(const float* p, __m256& a, __m256& b) {
+    a = _mm256_loadu_ps(p);
+    b = _mm256_loadu_ps(p + 8);
+  }
+};
+struct F16S {
+  using T = uint16_t;
+  static void load16(const uint16_t* p, __m256& a, __m256& b) {
+    a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  }
+};
+struct BF16S {
+  using T = uint16_t;
+  static __m256 widen(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+  static void load16(const uint16_t* p, __m256& a, __m256& b) {
+    a = widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    b = widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  }
+};
+
+// R consecutive tiles (tile i at w + i * tile_elems) x M tokens, steps [k0, k1). xp: the token
+// tile packed by pack_seq (element (k, t) at k * M + t). y: token t, row 16 i + r at
+// y[t * ys + 16 i + r]; `first`: the chains start at 0, else they continue from y.
+// `prefetch`: the weights come from DRAM (one pass), prefetch them kPrefetchBytes ahead.
+template <typename L, int R, int M>
+void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
+                int64_t ys, bool first, bool prefetch) {
+  __m256 lo[R][M], hi[R][M];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < M; ++t) {
+      if (first) {
+        lo[r][t] = hi[r][t] = _mm256_setzero_ps();
+      } else {
+        lo[r][t] = _mm256_loadu_ps(y + t * ys + 16 * r);
+        hi[r][t] = _mm256_loadu_ps(y + t * ys + 16 * r + 8);
+      }
+    }
+  }
+  auto step = [&](int64_t k) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m256 w0, w1;
+      L::load16(w + r * tile_elems + k * 16, w0, w1);
+#pragma GCC unroll 6
+      for (int t = 0; t < M; ++t) {
+        const __m256 b = _mm256_broadcast_ss(xp + k * M + t);
+        lo[r][t] = _mm256_fmadd_ps(w0, b, lo[r][t]);
+        hi[r][t] = _mm256_fmadd_ps(w1, b, hi[r][t]);
+      }
+    }
+  };
+  // One 64-byte line of each tile per group of kLine steps.
+  constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));
+  int64_t k = k0;
+  if (prefetch) {
+    for (; k + kLine <= k1; k += kLine) {
+      for (int r = 0; r < R; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * tile_elems + k * 16) + kPrefetchBytes, _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int64_t s = 0; s < kLine; ++s) step(k + s);
+    }
+  } else {
+    for (; k + 2 <= k1; k += 2) {
+      step(k);
+      step(k + 1);
+    }
+  }
+  for (; k < k1; ++k) step(k);
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < M; ++t) {
+      _mm256_storeu_ps(y + t * ys + 16 * r, lo[r][t]);
+      _mm256_storeu_ps(y + t * ys + 16 * r + 8, hi[r][t]);
+    }
+  }
+}
+
+template <typename L, int R>
+void seq_kernel_m(int m, const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
+                  int64_t ys, bool first, bool prefetch) {
+  switch (m) {
+    case 1: return seq_kernel<L, R, 1>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
+    case 2: return seq_kernel<L, R, 2>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
+    case 3: return seq_kernel<L, R, 3>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
+    case 4: return seq_kernel<L, R, 4>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
+    case 5: return seq_kernel<L, R, 5>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
+    default: return seq_kernel<L, R, 6>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
+  }
+}
+
+template <typename L>
+void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+                 int64_t ys) {
+  const int64_t tile_elems = 16 * n;
+  if (num_tokens <= kSeqTileTokens) {
+    // One token tile (decode): all of K in one pass per group of tiles, weights streamed once.
+    const int m = static_cast<int>(num_tokens);
+    int64_t i = 0;
+    if (m == 1) {
+      for (; i + 4 <= tiles; i += 4) seq_kernel<L, 4, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+    } else if (m == 2) {
+      for (; i + 3 <= tiles; i += 3) seq_kernel<L, 3, 2>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+    } else if (m == 3) {
+      for (; i + 2 <= tiles; i += 2) seq_kernel<L, 2, 3>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+    }
+    for (; i < tiles; ++i) seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+    return;
+  }
+  for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
+    const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
+    for (int64_t k0 = 0; k0 < n; k0 += kSeqChunk) {
+      const int64_t k1 = std::min(n, k0 + kSeqChunk);
+      for (int64_t i = b0; i < b1; ++i) {
+        for (int64_t t0 = 0; t0 < num_tokens; t0 += kSeqTileTokens) {
+          const int m = static_cast<int>(std::min<int64_t>(kSeqTileTokens, num_tokens - t0));
+          seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, y + t0 * ys + 16 * i, ys, k0 == 0,
+                             false);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out) {
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += kSeqTileTokens) {
+    const int m = static_cast<int>(std::min<int64_t>(kSeqTileTokens, num_tokens - t0));
+    float* tile = out + t0 * n;
+    for (int t = 0; t < m; ++t) {
+      const float* xt = x + (t0 + t) * n;
+      for (int64_t k = 0; k < n; ++k) {
+        const float v = xt[k];
+        tile[k * m + t] = type == GgmlType::F16    ? _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT))
+                          : type == GgmlType::BF16 ? bf16_to_fp32(fp32_to_bf16(v))
+                                                   : v;
+      }
+    }
+  }
+}
+
+void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+               int64_t y_stride) {
+  switch (type) {
+    case GgmlType::F32: return seq_tiles_t<F32S>(static_cast<const float*>(w), tiles, xp, n, num_tokens, y, y_stride);
+    case GgmlType::F16: return seq_tiles_t<F16S>(static_cast<const uint16_t*>(w), tiles, xp, n, num_tokens, y, y_stride);
+    case GgmlType::BF16:
+      return seq_tiles_t<BF16S>(static_cast<const uint16_t*>(w), tiles, xp, n, num_tokens, y, y_stride);
+    default: break;
+  }
+}
+
+}  // namespace pagellm::kernels::avx2
