@@ -147,8 +147,10 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
       for (int64_t i = b0; i < b1; ++i) {
         for (int64_t t0 = 0; t0 < num_tokens; t0 += kSeqTileTokens) {
           const int m = static_cast<int>(std::min<int64_t>(kSeqTileTokens, num_tokens - t0));
+          // The first token tile prefetches the tile's next chunk (8 KiB ahead: the weights
+          // come from DRAM once and the other tiles of the block run in between).
           seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, y + t0 * ys + 16 * i, ys, k0 == 0,
-                             false);
+                             t0 == 0);
         }
       }
     }
