@@ -170,5 +170,45 @@ TEST(Repacking, RepackedModelCloseToAvx2Model) {
   }
 }
 
+// F32/F16 models loaded on an AVX2 CPU without AVX-512 (simulated with set_avx512_enabled(false)
+// while loading and running): their float weights are repacked for the sequential arithmetic
+// (ref::dot_*_seq). The logits are batch invariant (alone vs batched and chunked), differ from
+// the 16-lane arithmetic of the GGUF layout only by rounding, and do not change when AVX-512 is
+// switched back on (the repacked kernels are AVX2 code on every CPU).
+TEST(Repacking, SequentialFloatModelIsBatchInvariant) {
+  if (!kernels::cpu_has_avx2()) GTEST_SKIP() << "no AVX2: weights are never repacked";
+  for (GgmlType dtype : {GgmlType::F32, GgmlType::F16}) {
+    const std::string path = make_model(dtype, "tiny-gqa-wide");
+    auto file = GgufFile::open(path);
+    ThreadPool pool(2);
+    std::mt19937 rng(8);
+    kernels::set_avx512_enabled(false);
+    LlamaModel seq(*file, &pool);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int len : {23, 9, 40, 1}) prompts.push_back(random_tokens(rng, len, seq.config().vocab_size));
+    std::vector<std::vector<float>> alone;
+    for (const auto& p : prompts) alone.push_back(run(seq, {p}, p.size(), 1, 3)[0]);
+    const auto batched = run(seq, prompts, 7, 4, 3);
+    kernels::set_avx512_enabled(true);
+    const auto batched512 = run(seq, prompts, 1000, 4, 3);
+    LlamaModel plain(*file, &pool);  // AVX-512 CPUs: GGUF layout, 16-lane sums; else repacked again
+    const auto want = run(plain, prompts, 1000, 4, 3);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SCOPED_TRACE(type_name(dtype) + " seq " + std::to_string(i));
+      EXPECT_TRUE(same_bits(batched[i], alone[i]));
+      EXPECT_TRUE(same_bits(batched512[i], alone[i]));
+      ASSERT_EQ(want[i].size(), alone[i].size());
+      if (kernels::cpu_has_avx512_vnni()) EXPECT_FALSE(same_bits(want[i], alone[i])) << "repacking did not happen";
+      float max_diff = 0.0f, max_abs = 0.0f;
+      for (size_t j = 0; j < want[i].size(); ++j) {
+        max_diff = std::max(max_diff, std::fabs(want[i][j] - alone[i][j]));
+        max_abs = std::max(max_abs, std::fabs(want[i][j]));
+      }
+      EXPECT_LT(max_diff, 1e-3f * max_abs);
+    }
+    std::filesystem::remove(path);
+  }
+}
+
 }  // namespace
 }  // namespace pagellm

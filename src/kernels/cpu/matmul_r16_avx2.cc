@@ -102,7 +102,15 @@ template <bool kQ4, int M>
 void half_m(const uint8_t* tile, int h, const XBlock* x, int64_t xs, int64_t nb, float* out) {
   __m256 acc[M];
   for (int k = 0; k < M; ++k) acc[k] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) half_block<kQ4, M>(tile + b * group_bytes<kQ4>(), h, x, xs, b, acc);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = tile + b * group_bytes<kQ4>();
+    if (h == 0) {  // the first pass may read the tile from DRAM (the others find it in cache)
+      for (int64_t o = 0; o < group_bytes<kQ4>(); o += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + o), _MM_HINT_T0);
+      }
+    }
+    half_block<kQ4, M>(g, h, x, xs, b, acc);
+  }
   for (int k = 0; k < M; ++k) _mm256_storeu_ps(out + k * kRows + 8 * h, acc[k]);
 }
 
