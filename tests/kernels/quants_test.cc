@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernels_avx512.h"
+#include "kernels/cpu/kernels_impl.h"
 #include "kernels_test_util.h"
 
 namespace pagellm::kernels {
@@ -145,11 +146,11 @@ TEST(Quants, QuantizeDequantizeErrorBound) {
   }
 }
 
-// The vectorised activation quantizer matmul uses on AVX-512 CPUs equals the scalar one bit for
+// The vectorised activation quantizers matmul uses (AVX-512 and AVX2 CPUs) equal the scalar one bit for
 // bit: random blocks of several ranges, an all-zero block, and blocks whose scaled values land
 // exactly on .5 (round half to even).
-TEST(Quants, Q8_0ActivationsAvx512EqualsScalar) {
-  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512: the vectorised quantizer is never used";
+TEST(Quants, Q8_0ActivationsVectorEqualsScalar) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the vectorised quantizers are never used";
   Rng rng(17);
   for (float range : {1e-3f, 1.0f, 300.0f}) {
     std::vector<float> x = rng.vec(32 * 37, -range, range);
@@ -157,12 +158,19 @@ TEST(Quants, Q8_0ActivationsAvx512EqualsScalar) {
     // Block 3: amax 127/16, so id = 16 and x * id = j - 15.5 exactly: every value a tie.
     for (int j = 0; j < 31; ++j) x[96 + j] = (j - 15.5f) / 16.0f;
     x[96 + 31] = 127.0f / 16.0f;
-    std::vector<BlockQ8_0> want(37), got(37);
+    std::vector<BlockQ8_0> want(37), got(37), got2(37);
     quantize_row_q8_0_activations(x.data(), static_cast<int64_t>(x.size()), want.data());
-    avx512::quantize_q8_0_activations(x.data(), static_cast<int64_t>(x.size()), got.data());
+    avx2::quantize_q8_0_activations(x.data(), static_cast<int64_t>(x.size()), got2.data());
+    if (cpu_has_avx512_vnni()) {
+      avx512::quantize_q8_0_activations(x.data(), static_cast<int64_t>(x.size()), got.data());
+    } else {
+      got = got2;
+    }
     for (int b = 0; b < 37; ++b) {
       ASSERT_EQ(want[b].d, got[b].d) << "block " << b << " range " << range;
-      ASSERT_EQ(std::memcmp(want[b].qs, got[b].qs, 32), 0) << "block " << b << " range " << range;
+      ASSERT_EQ(std::memcmp(want[b].qs, got[b].qs, 32), 0) << "AVX-512, block " << b << " range " << range;
+      ASSERT_EQ(want[b].d, got2[b].d) << "block " << b << " range " << range;
+      ASSERT_EQ(std::memcmp(want[b].qs, got2[b].qs, 32), 0) << "AVX2, block " << b << " range " << range;
     }
   }
 }

@@ -83,6 +83,9 @@ void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, floa
 void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
                int64_t y_stride);
 
+// As quantize_row_q8_0_activations (ops.h), bit-identical; n % 32 == 0.
+void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y);
+
 // Attention helpers (q . k uses dot_f32 / dot_f16 above with w = k). v rows are f32 or f16.
 // acc[i] += a * v[i], i in [0, n), one fused multiply-add per element.
 void axpy_f32(float a, const float* v, float* acc, int64_t n);

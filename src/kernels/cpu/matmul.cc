@@ -207,6 +207,8 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     for (int64_t t = 0; t < num_tokens; ++t) {
       if (simd && use_avx512_vnni()) {
         avx512::quantize_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
+      } else if (simd) {
+        avx2::quantize_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
       } else {
         quantize_row_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
       }
