@@ -3,8 +3,7 @@
 // (5632 rows x 2048 cols), 1 = ffn_down (2048 x 5632), per weight dtype. Bytes/s counts weight
 // bytes streamed per call, the decode roofline quantity. Args: {dtype id, num_tokens, num_threads,
 // avx512, shape}; avx512 = 0 forces the AVX2 kernels, 2 runs the AVX-512 kernels on repacked rows
-// (repack_weight, Q8_0/Q4_0), 3 the AVX2 kernels on repacked rows (any type; for F32/F16/BF16 the
-// sequential tiles that AVX2-only CPUs load). For an A/B in one process: --benchmark_enable_random_interleaving=true
+// (repack_weight), 3 the AVX2 kernels on repacked rows. For an A/B in one process: --benchmark_enable_random_interleaving=true
 // --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
@@ -87,9 +86,7 @@ void matmul_args(benchmark::internal::Benchmark* b) {
         for (int64_t shape : {0, 1}) {
           b->Args({static_cast<int64_t>(t), m, threads, 1, shape});
           if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0, shape});
-          if (t == GgmlType::Q8_0 || t == GgmlType::Q4_0) {
-            if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 2, shape});
-          }
+          if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 2, shape});
           if (cpu_has_avx2()) b->Args({static_cast<int64_t>(t), m, threads, 3, shape});
         }
       }

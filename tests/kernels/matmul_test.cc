@@ -228,15 +228,15 @@ TEST(Matmul, RepackedEqualsBlockSumReference) {
   }
 }
 
-// Repacked F32/F16/BF16 weights (AVX2 CPUs without AVX-512) give exactly the sequential
-// reference (one FMA chain per output over the activations rounded as matmul does) for every
-// token count (so the result is batch invariant), 1 and 2 threads, tail rows in GGUF layout, K
-// chunks and odd column counts; and stay close to the GGUF-layout kernels.
+// Repacked F32/F16/BF16 weights give exactly the sequential reference (one FMA chain per output
+// over the activations rounded as matmul does) for every token count (so the result is batch
+// invariant), 1 and 2 threads, on the AVX-512 tiles (where the CPU has them) and the AVX2 tiles,
+// with tail rows in GGUF layout, K chunks and odd column counts; and stay close to the
+// GGUF-layout (16-lane) kernels.
 TEST(Matmul, RepackedFloatEqualsSequentialReference) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the repacked layout is never made";
   Rng rng(81);
   ThreadPool pool(2);
-  set_avx512_enabled(false);  // repack_pays() is true for floats only without AVX-512
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     for (int64_t rows : {16, 37, 80}) {
       for (int64_t cols : {256, 301, 1030}) {
@@ -263,21 +263,22 @@ TEST(Matmul, RepackedFloatEqualsSequentialReference) {
                                           : ref::dot_bf16_seq(reinterpret_cast<const uint16_t*>(row), 1, xr.data(), cols);
             }
           }
-          matmul(pv, x.data(), num_tokens, y2.data(), &pool);
-          matmul(pv, x.data(), num_tokens, y1.data(), nullptr);
-          ASSERT_EQ(std::memcmp(y2.data(), want.data(), want.size() * 4), 0);
-          ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
-          set_avx512_enabled(true);  // the repacked kernels do not depend on it
-          matmul(pv, x.data(), num_tokens, y1.data(), &pool);
-          set_avx512_enabled(false);
-          ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
+          for (bool avx512 : {true, false}) {
+            if (avx512 && !cpu_has_avx512_vnni()) continue;
+            SCOPED_TRACE(avx512 ? "AVX-512 tiles" : "AVX2 tiles");
+            set_avx512_enabled(avx512);
+            matmul(pv, x.data(), num_tokens, y2.data(), &pool);
+            matmul(pv, x.data(), num_tokens, y1.data(), nullptr);
+            set_avx512_enabled(true);
+            ASSERT_EQ(std::memcmp(y2.data(), want.data(), want.size() * 4), 0);
+            ASSERT_EQ(std::memcmp(y1.data(), want.data(), want.size() * 4), 0);
+          }
           matmul(w.view(), x.data(), num_tokens, yg.data(), nullptr);  // 16-lane arithmetic
           for (size_t i = 0; i < yg.size(); ++i) ASSERT_NEAR(y1[i], yg[i], 1e-4f * (1.0f + std::fabs(yg[i]))) << i;
         }
       }
     }
   }
-  set_avx512_enabled(true);
 }
 
 // Layouts that cannot be repacked, or read, stop the program (programming errors, PAGELLM_CHECK).
@@ -296,13 +297,9 @@ TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
     set_repack_enabled(false);
     EXPECT_FALSE(repack_pays(make_weights(GgmlType::Q8_0, 16, 256, rng).view()));
     set_repack_enabled(true);
-    // Float weights: repacked only where the AVX-512 wide tiles do not run.
-    const TestWeights f16_big = make_weights(GgmlType::F16, 16, 256, rng);
-    EXPECT_EQ(repack_pays(f16_big.view()), !use_avx512_vnni());
-    set_avx512_enabled(false);
-    EXPECT_TRUE(repack_pays(f16_big.view()));
+    EXPECT_TRUE(repack_pays(make_weights(GgmlType::F16, 16, 256, rng).view()));
     EXPECT_FALSE(repack_pays(make_weights(GgmlType::BF16, 16, 255, rng).view()));
-    set_avx512_enabled(true);
+    EXPECT_FALSE(repack_pays(make_weights(GgmlType::F32, 15, 256, rng).view()));
   }
   WeightView packed = q.view();
   packed.layout = WeightLayout::kRepacked16;

@@ -64,6 +64,13 @@ constexpr int kWideBlockRows = 64;
 constexpr int kWidePackTiles = 4;  // token tiles from which a block is converted to f32 first
 constexpr int64_t kWideChunk = 2048;  // (512, 1024, 2048, whole rows: 2048 and up best on TinyLlama)
 void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
+
+// The "sequential" arithmetic (ref::dot_*_seq) on repacked F32/F16/BF16 tiles, as
+// avx2::seq_tiles (kernels_impl.h) with token tiles of kSeqTileTokens: activations packed by
+// avx2::pack_seq(..., kSeqTileTokens, ...). The same bits as avx2::seq_tiles.
+constexpr int kSeqTileTokens = 12;
+void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+               int64_t y_stride);
 void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
                    int64_t num_tokens, float* y, int64_t y_stride);
 

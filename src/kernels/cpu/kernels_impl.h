@@ -73,13 +73,13 @@ void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows,
                    int64_t num_tokens, float* y, int64_t y_stride);
 
 // "Sequential" arithmetic (ref::dot_*_seq) on repacked F32/F16/BF16 tiles (matmul_seq_avx2.cc).
-// pack_seq: x [num_tokens, n] f32 -> out [num_tokens * n]: token tiles of kSeqTileTokens (the
-// last may be smaller, m tokens), tile t0 at out + t0 * n holding token t's element k at
-// k * m + t, rounded as round_activations(type).
+// pack_seq: x [num_tokens, n] f32 -> out [num_tokens * n]: token tiles of tile_tokens (the last
+// may be smaller, m tokens), tile t0 at out + t0 * n holding token t's element k at k * m + t,
+// rounded as round_activations(type). (kSeqTileTokens here, avx512::kSeqTileTokens there.)
 // seq_tiles: `tiles` consecutive 16-row tiles from w (repacked, n columns) x every token:
 // y[t * y_stride + 16 * i + r] = ref::dot_*_seq(tile i row r, token t).
 constexpr int kSeqTileTokens = 6;
-void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
+void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, int tile_tokens, float* out);
 void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
                int64_t y_stride);
 

@@ -149,13 +149,15 @@ void matmul_repacked_float(const WeightView& w, const float* x, int64_t num_toke
   constexpr int64_t kT = r16::kRows;
   thread_local std::vector<float> xs;
   xs.resize(static_cast<size_t>(num_tokens * cols));
-  avx2::pack_seq(w.type, x, num_tokens, cols, xs.data());
+  const bool avx512 = use_avx512_vnni();
+  avx2::pack_seq(w.type, x, num_tokens, cols, avx512 ? avx512::kSeqTileTokens : avx2::kSeqTileTokens, xs.data());
   const float* xp = xs.data();  // (workers see their own thread_local xs)
+  const auto seq_tiles = avx512 ? avx512::seq_tiles : avx2::seq_tiles;  // (the same bits)
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t tiles = rows / kT, units = tiles + (rows % kT != 0 ? 1 : 0);
   auto run_units = [&](int64_t u0, int64_t u1) {
     const int64_t t1 = std::min(u1, tiles);
-    if (u0 < t1) avx2::seq_tiles(w.type, base + u0 * kT * rb, t1 - u0, xp, cols, num_tokens, y + u0 * kT, rows);
+    if (u0 < t1) seq_tiles(w.type, base + u0 * kT * rb, t1 - u0, xp, cols, num_tokens, y + u0 * kT, rows);
     if (u1 <= tiles) return;
     std::vector<float> xr(static_cast<size_t>(cols));
     for (int64_t t = 0; t < num_tokens; ++t) {

@@ -159,9 +159,9 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
 
 }  // namespace
 
-void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out) {
-  for (int64_t t0 = 0; t0 < num_tokens; t0 += kSeqTileTokens) {
-    const int m = static_cast<int>(std::min<int64_t>(kSeqTileTokens, num_tokens - t0));
+void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, int tile_tokens, float* out) {
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += tile_tokens) {
+    const int m = static_cast<int>(std::min<int64_t>(tile_tokens, num_tokens - t0));
     float* tile = out + t0 * n;
     for (int t = 0; t < m; ++t) {
       const float* xt = x + (t0 + t) * n;

@@ -59,10 +59,8 @@ constexpr int64_t kMinRepackCols = 256;
 
 bool repack_pays(const WeightView& w) {
   const bool quantized = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0;
-  // Float weights: only where the AVX-512 wide tiles (GGUF layout) are not used.
-  const bool float_seq = is_float(w.type) && !use_avx512_vnni();
-  return (quantized || float_seq) && w.layout == WeightLayout::kGguf && use_repacking() && w.rows >= r16::kRows &&
-         w.cols >= kMinRepackCols;
+  return (quantized || is_float(w.type)) && w.layout == WeightLayout::kGguf && use_repacking() &&
+         w.rows >= r16::kRows && w.cols >= kMinRepackCols;
 }
 
 WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {

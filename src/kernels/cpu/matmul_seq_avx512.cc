@@ -1,0 +1,159 @@
+// The "sequential" F32/F16/BF16 arithmetic of repacked float weights (ref::dot_*_seq; layout and
+// blocking as matmul_seq_avx2.cc) with AVX-512: one zmm holds the 16 rows of a tile, so a step
+// is one weight load per tile and one broadcast per token. Every output is the same FMA chain as
+// on AVX2 (lanes are rows, never parts of one sum): the two files give the same bits.
+//
+// Register budget (32 zmm): 2 tiles x 12 tokens = 24 accumulators + 2 weights + 1 broadcast; per
+// step 2 weight loads, 12 broadcasts, 24 FMAs. Decode (one token) runs 8 tiles at once for 8
+// independent FMA chains. Entered only when use_avx512_vnni() (kernels_avx512.h).
+// Compiled with -O3 (CMakeLists.txt): at -O2 GCC 12 keeps the accumulator arrays on the stack.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/kernels_avx512.h"
+
+namespace pagellm::kernels::avx512 {
+namespace {
+
+constexpr int64_t kSeqChunk = 256;
+constexpr int64_t kSeqBlockTiles = 4;
+constexpr int64_t kPrefetchBytes = 8192;
+
+struct F32S {
+  using T = float;
+  static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+};
+struct F16S {
+  using T = uint16_t;
+  static __m512 load16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+};
+struct BF16S {
+  using T = uint16_t;
+  static __m512 load16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+
+// R consecutive tiles (tile i at w + i * tile_elems) x M tokens, steps [0, nk) (w and xp offset
+// to the chunk's first step); xp: element (k, t) at k * M + t. y: token t, row 16 i + r at
+// y[t * ys + 16 i + r]. `first`: chains start at 0, else continue from y. `prefetch`: the
+// weights come from DRAM, prefetch them kPrefetchBytes ahead.
+template <typename L, int R, int M>
+void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t nk, const float* xp, float* y, int64_t ys,
+                bool first, bool prefetch) {
+  __m512 acc[R][M];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < M; ++t) acc[r][t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + t * ys + 16 * r);
+  }
+  auto step = [&](int64_t k) {
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = L::load16(w + r * tile_elems + k * 16);
+#pragma GCC unroll 12
+    for (int t = 0; t < M; ++t) {
+      const __m512 b = _mm512_set1_ps(xp[k * M + t]);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], b, acc[r][t]);
+    }
+  };
+  constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));  // steps per 64-byte line of a tile
+  int64_t k = 0;
+  if (prefetch) {
+    for (; k + kLine <= nk; k += kLine) {
+      for (int r = 0; r < R; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * tile_elems + k * 16) + kPrefetchBytes, _MM_HINT_T0);
+#pragma GCC unroll 1
+      for (int64_t s = 0; s < kLine; ++s) step(k + s);
+    }
+  }
+  // (Not unrolled: two interleaved steps of the 2 x 12 tile need more than 32 registers.)
+#pragma GCC unroll 1
+  for (; k < nk; ++k) step(k);
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < M; ++t) _mm512_storeu_ps(y + t * ys + 16 * r, acc[r][t]);
+  }
+}
+
+using KernelFn = void (*)(const void*, int64_t, int64_t, const float*, float*, int64_t, bool, bool);
+
+template <typename L, int R, int M>
+void kernel_fn(const void* w, int64_t tile_elems, int64_t nk, const float* xp, float* y, int64_t ys, bool first,
+               bool prefetch) {
+  seq_kernel<L, R, M>(static_cast<const typename L::T*>(w), tile_elems, nk, xp, y, ys, first, prefetch);
+}
+
+// Kernels by token count m (1..12): R tiles at a time with R * m accumulators, and the 1-tile
+// kernel for the tiles left over.
+template <typename L>
+struct Kernels {
+  static constexpr KernelFn one[12] = {
+      kernel_fn<L, 1, 1>, kernel_fn<L, 1, 2>, kernel_fn<L, 1, 3>,  kernel_fn<L, 1, 4>,
+      kernel_fn<L, 1, 5>, kernel_fn<L, 1, 6>, kernel_fn<L, 1, 7>,  kernel_fn<L, 1, 8>,
+      kernel_fn<L, 1, 9>, kernel_fn<L, 1, 10>, kernel_fn<L, 1, 11>, kernel_fn<L, 1, 12>};
+  static constexpr KernelFn many[12] = {
+      kernel_fn<L, 8, 1>, kernel_fn<L, 4, 2>, kernel_fn<L, 4, 3>,  kernel_fn<L, 2, 4>,
+      kernel_fn<L, 2, 5>, kernel_fn<L, 2, 6>, kernel_fn<L, 2, 7>,  kernel_fn<L, 2, 8>,
+      kernel_fn<L, 2, 9>, kernel_fn<L, 2, 10>, kernel_fn<L, 2, 11>, kernel_fn<L, 2, 12>};
+  static constexpr int many_tiles[12] = {8, 4, 4, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+};
+
+template <typename L>
+void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+                 int64_t ys) {
+  const int64_t tile_elems = 16 * n;
+  if (num_tokens <= kSeqTileTokens) {
+    // One token tile (decode, small batches): all of K per group of tiles, weights streamed once.
+    const int m = static_cast<int>(num_tokens);
+    const int rt = Kernels<L>::many_tiles[m - 1];
+    int64_t i = 0;
+    for (; i + rt <= tiles; i += rt) Kernels<L>::many[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, true);
+    for (; i < tiles; ++i) Kernels<L>::one[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, true);
+    return;
+  }
+  // Blocks of kSeqBlockTiles tiles, K in chunks: a chunk of 2 tiles' weights stays in L1 while
+  // every token tile runs over it; the activations' chunk stays in L2 for the block.
+  for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
+    const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
+    for (int64_t k0 = 0; k0 < n; k0 += kSeqChunk) {
+      const int64_t nk = std::min(n, k0 + kSeqChunk) - k0;
+      for (int64_t i = b0; i < b1;) {
+        const bool pair = i + 2 <= b1;
+        const typename L::T* wc = w + i * tile_elems + k0 * 16;
+        for (int64_t t0 = 0; t0 < num_tokens; t0 += kSeqTileTokens) {
+          const int m = static_cast<int>(std::min<int64_t>(kSeqTileTokens, num_tokens - t0));
+          const float* xc = xp + t0 * n + k0 * m;
+          float* yc = y + t0 * ys + 16 * i;
+          // The first token tile prefetches the tiles' next chunk (the weights come from DRAM once).
+          if (pair && m >= 4) {
+            Kernels<L>::many[m - 1](wc, tile_elems, nk, xc, yc, ys, k0 == 0, t0 == 0);
+          } else {
+            for (int64_t j = 0; j < (pair ? 2 : 1); ++j) {
+              Kernels<L>::one[m - 1](wc + j * tile_elems, tile_elems, nk, xc, yc + 16 * j, ys, k0 == 0, t0 == 0);
+            }
+          }
+        }
+        i += pair ? 2 : 1;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+               int64_t y_stride) {
+  switch (type) {
+    case GgmlType::F32: return seq_tiles_t<F32S>(static_cast<const float*>(w), tiles, xp, n, num_tokens, y, y_stride);
+    case GgmlType::F16: return seq_tiles_t<F16S>(static_cast<const uint16_t*>(w), tiles, xp, n, num_tokens, y, y_stride);
+    case GgmlType::BF16:
+      return seq_tiles_t<BF16S>(static_cast<const uint16_t*>(w), tiles, xp, n, num_tokens, y, y_stride);
+    default: break;
+  }
+}
+
+}  // namespace pagellm::kernels::avx512
