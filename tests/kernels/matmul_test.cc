@@ -231,8 +231,9 @@ TEST(Matmul, RepackedEqualsBlockSumReference) {
 // Repacked F32/F16/BF16 weights give exactly the sequential reference (one FMA chain per output
 // over the activations rounded as matmul does) for every token count (so the result is batch
 // invariant), 1 and 2 threads, on the AVX-512 tiles (where the CPU has them) and the AVX2 tiles,
-// with tail rows in GGUF layout, K chunks and odd column counts; and stay close to the
-// GGUF-layout (16-lane) kernels.
+// with tail rows in GGUF layout, K chunks, odd column counts, and the f32-converted chunks of
+// prefill-sized calls (more than 24 / 30 tokens); and stay close to the GGUF-layout (16-lane)
+// kernels.
 TEST(Matmul, RepackedFloatEqualsSequentialReference) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the repacked layout is never made";
   Rng rng(81);
@@ -246,7 +247,7 @@ TEST(Matmul, RepackedFloatEqualsSequentialReference) {
         const WeightView pv = repack_weight(w.view(), packed.data(), &pool);
         ASSERT_EQ(pv.layout, WeightLayout::kRepacked16);
         ASSERT_FALSE(repack_pays(pv));
-        for (int64_t num_tokens : {1, 2, 3, 4, 5, 6, 7, 13, 19}) {
+        for (int64_t num_tokens : {1, 2, 3, 4, 5, 6, 7, 13, 19, 25, 37}) {
           SCOPED_TRACE(name_of(type) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " tokens " +
                        std::to_string(num_tokens));
           std::vector<float> x = rng.vec(num_tokens * cols, -3.0f, 3.0f);

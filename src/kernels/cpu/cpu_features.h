@@ -23,9 +23,10 @@ bool use_avx512_vnni();
 void set_avx512_enabled(bool enabled);
 
 // use_avx2() unless PAGELLM_NO_REPACK is set at start-up (or set_repack_enabled(false)): large
-// Q8_0/Q4_0 weights are then repacked at load for the block-sum kernels (ops.h, repack_pays;
-// kernels_r16.h: AVX-512 VNNI or AVX2 tiles, the same bits). Off: every quantized matmul keeps
-// ggml's lane-wise arithmetic.
+// weights are then repacked at load (ops.h, repack_pays): Q8_0/Q4_0 for the block-sum kernels
+// (kernels_r16.h), F32/F16/BF16 for the sequential ones (matmul_seq_*.cc); AVX-512 or AVX2
+// tiles, the same bits. Off: quantized matmuls keep ggml's lane-wise arithmetic, float ones the
+// 16-lane "wide" arithmetic.
 bool use_repacking();
 void set_repack_enabled(bool enabled);
 

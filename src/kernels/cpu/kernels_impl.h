@@ -33,7 +33,7 @@ float dot_bf16_wide(const uint16_t* w, const float* x, int64_t n);
 // exact int32 sum, then s = fma(float(isum), d_w * d_x, s), blocks in order from s = 0.
 float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
 float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
-// "Sequential" float arithmetic, of F32/F16/BF16 weights repacked on AVX2 CPUs without AVX-512
+// "Sequential" float arithmetic, of F32/F16/BF16 weights repacked at load on AVX2 CPUs
 // (WeightLayout::kRepacked16): s = 0, then s = fma(w[i * w_stride], x[i], s) for i = 0 .. n - 1.
 // x is already rounded to the weight's type (round_activations); w_stride in elements (1 for a
 // GGUF row, 16 for a row of a repacked tile).
@@ -62,7 +62,7 @@ void dot_q8_0_q8_0_tile(const BlockQ8_0* w, const BlockQ8_0* x, int64_t x_stride
 void dot_q4_0_q8_0_tile(const BlockQ4_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nb, int m, float* out);
 
 // "Wide" arithmetic (ref::dot_*_wide) for F32/F16/BF16 matrices of >= avx512::kMinWideCols
-// columns on AVX2 CPUs without AVX-512, bit-identical to the AVX-512 path (matmul_wide_avx2.cc).
+// columns in GGUF layout (not repacked) on AVX2 CPUs without AVX-512, bit-identical to the AVX-512 path (matmul_wide_avx2.cc).
 // pack_wide: as avx512::pack_wide (kernels_avx512.h) with tiles of kWideTileTokens tokens;
 // dot_wide_rows: as avx512::dot_wide_rows, on activations packed by this pack_wide.
 constexpr int kWideTileTokens = 3;

@@ -4,12 +4,13 @@
 //   Q8_0/Q4_0 repacked at load (WeightLayout::kRepacked16, AVX2 or AVX-512 VNNI CPUs):
 //     matmul_repacked, 16-row tiles x up to 8 tokens, exact per-block integer sums, the same bits
 //     on either ISA (kernels_r16.h).
-//   F32/F16/BF16 repacked at load (WeightLayout::kRepacked16, AVX2 CPUs without AVX-512):
-//     matmul_repacked_float, 16-row tiles x up to 6 tokens, one sequential FMA chain per output
-//     (ref::dot_*_seq, matmul_seq_avx2.cc).
+//   F32/F16/BF16 repacked at load (WeightLayout::kRepacked16, AVX2 or AVX-512 CPUs):
+//     matmul_repacked_float, one sequential FMA chain per output (ref::dot_*_seq), 16-row tiles x
+//     up to 12 tokens (matmul_seq_avx512.cc) or 6 tokens (matmul_seq_avx2.cc), the same bits.
 //   Q8_0/Q4_0 in GGUF layout, AVX-512 VNNI: avx512::dot_*_tile (up to 8 tokens, activations
 //     prepared once per call as PairQ8), bit-identical to the AVX2 tiles (ggml's arithmetic).
-//   F32/F16/BF16, >= 256 columns: one 16-lane accumulator per output (ref::dot_*_wide), the same
+//   F32/F16/BF16 in GGUF layout (PAGELLM_NO_REPACK=1, or fewer than 16 rows), >= 256 columns:
+//     one 16-lane accumulator per output (ref::dot_*_wide), the same
 //     bits on AVX-512 (avx512::dot_wide_rows: 4-row x 6-token register tiles, 16-row sub-blocks in
 //     L2 converted to f32 once, K in chunks) and AVX2 CPUs (avx2::dot_wide_rows: 2 x 3 tiles).
 //   F32/F16/BF16, AVX-512, narrower: avx512::dot_float_tile (4 rows x up to 2 tokens),

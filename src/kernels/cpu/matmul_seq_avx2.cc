@@ -1,5 +1,6 @@
-// The "sequential" F32/F16/BF16 arithmetic of repacked float weights (WeightLayout::kRepacked16 on
-// AVX2 CPUs without AVX-512, ops.h; oracle ref::dot_*_seq): every output is one chain
+// The "sequential" F32/F16/BF16 arithmetic of repacked float weights (WeightLayout::kRepacked16,
+// ops.h; oracle ref::dot_*_seq) on AVX2 CPUs (AVX-512 ones: matmul_seq_avx512.cc, the same bits;
+// pack_seq serves both): every output is one chain
 // s = fma(w[r, k], x[t, k], s), k = 0, 1, ..., n - 1 from s = 0, so the vector lanes hold 16
 // different rows, never parts of one sum, and the bits do not depend on the ISA or the batch.
 //
@@ -20,6 +21,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cpu/kernels_impl.h"
 
@@ -29,6 +31,7 @@ namespace {
 constexpr int64_t kSeqChunk = 256;
 constexpr int64_t kSeqBlockTiles = 4;
 constexpr int64_t kPrefetchBytes = 8192;
+constexpr int64_t kConvertTiles = 6;
 
 struct F32S {
   using T = float;
@@ -140,17 +143,37 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     for (; i < tiles; ++i) seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
     return;
   }
+  // From kConvertTiles token tiles on (prefill), each chunk of weights is first converted to f32
+  // (exact) in L1, so the token tiles' inner loops load floats instead of converting every step.
+  const bool convert = !std::is_same_v<L, F32S> && num_tokens > (kConvertTiles - 1) * kSeqTileTokens;
+  alignas(64) float wf[16 * kSeqChunk];
   for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
     const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
     for (int64_t k0 = 0; k0 < n; k0 += kSeqChunk) {
       const int64_t k1 = std::min(n, k0 + kSeqChunk);
       for (int64_t i = b0; i < b1; ++i) {
+        if (convert) {
+          const typename L::T* wc = w + i * tile_elems;
+          for (int64_t k = k0; k < k1; ++k) {
+            if (k % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wc + k * 16) + kPrefetchBytes, _MM_HINT_T0);
+            __m256 a, b;
+            L::load16(wc + k * 16, a, b);
+            _mm256_store_ps(wf + (k - k0) * 16, a);
+            _mm256_store_ps(wf + (k - k0) * 16 + 8, b);
+          }
+        }
         for (int64_t t0 = 0; t0 < num_tokens; t0 += kSeqTileTokens) {
           const int m = static_cast<int>(std::min<int64_t>(kSeqTileTokens, num_tokens - t0));
-          // The first token tile prefetches the tile's next chunk (8 KiB ahead: the weights
-          // come from DRAM once and the other tiles of the block run in between).
-          seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, y + t0 * ys + 16 * i, ys, k0 == 0,
-                             t0 == 0);
+          float* yc = y + t0 * ys + 16 * i;
+          if (convert) {
+            // (the kernel reads step k at w + k * 16: the chunk's f32 copy, re-based to step 0
+            // through the packed activations' offset below)
+            seq_kernel_m<F32S, 1>(m, wf, 0, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, false);
+          } else {
+            // The first token tile prefetches the tile's next chunk (8 KiB ahead: the weights
+            // come from DRAM once and the other tiles of the block run in between).
+            seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, yc, ys, k0 == 0, t0 == 0);
+          }
         }
       }
     }

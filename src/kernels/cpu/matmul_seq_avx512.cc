@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cpu/kernels_avx512.h"
 
@@ -20,6 +21,7 @@ namespace {
 constexpr int64_t kSeqChunk = 256;
 constexpr int64_t kSeqBlockTiles = 4;
 constexpr int64_t kPrefetchBytes = 8192;
+constexpr int64_t kConvertTiles = 3;  // token tiles of 12 from which chunks are converted to f32
 
 struct F32S {
   using T = float;
@@ -116,28 +118,48 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     return;
   }
   // Blocks of kSeqBlockTiles tiles, K in chunks: a chunk of 2 tiles' weights stays in L1 while
-  // every token tile runs over it; the activations' chunk stays in L2 for the block.
+  // every token tile runs over it; the activations' chunk stays in L2 for the block. From
+  // kConvertTiles token tiles on (prefill) the chunk is first converted to f32 (exact), so the
+  // inner loops load floats instead of converting every step.
+  const bool convert = !std::is_same_v<L, F32S> && num_tokens > (kConvertTiles - 1) * kSeqTileTokens;
+  alignas(64) float wf[2 * 16 * kSeqChunk];
   for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
     const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
     for (int64_t k0 = 0; k0 < n; k0 += kSeqChunk) {
       const int64_t nk = std::min(n, k0 + kSeqChunk) - k0;
       for (int64_t i = b0; i < b1;) {
         const bool pair = i + 2 <= b1;
+        const int64_t nt = pair ? 2 : 1;
         const typename L::T* wc = w + i * tile_elems + k0 * 16;
+        if (convert) {
+          for (int64_t j = 0; j < nt; ++j) {
+            for (int64_t k = 0; k < nk; ++k) {
+              if (k % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wc + j * tile_elems + k * 16) + kPrefetchBytes, _MM_HINT_T0);
+              _mm512_store_ps(wf + j * 16 * kSeqChunk + k * 16, L::load16(wc + j * tile_elems + k * 16));
+            }
+          }
+        }
         for (int64_t t0 = 0; t0 < num_tokens; t0 += kSeqTileTokens) {
           const int m = static_cast<int>(std::min<int64_t>(kSeqTileTokens, num_tokens - t0));
           const float* xc = xp + t0 * n + k0 * m;
           float* yc = y + t0 * ys + 16 * i;
-          // The first token tile prefetches the tiles' next chunk (the weights come from DRAM once).
-          if (pair && m >= 4) {
+          if (convert) {
+            if (pair && m >= 4) {
+              Kernels<F32S>::many[m - 1](wf, 16 * kSeqChunk, nk, xc, yc, ys, k0 == 0, false);
+            } else {
+              for (int64_t j = 0; j < nt; ++j)
+                Kernels<F32S>::one[m - 1](wf + j * 16 * kSeqChunk, 0, nk, xc, yc + 16 * j, ys, k0 == 0, false);
+            }
+          } else if (pair && m >= 4) {
+            // The first token tile prefetches the tiles' next chunk (the weights come from DRAM once).
             Kernels<L>::many[m - 1](wc, tile_elems, nk, xc, yc, ys, k0 == 0, t0 == 0);
           } else {
-            for (int64_t j = 0; j < (pair ? 2 : 1); ++j) {
+            for (int64_t j = 0; j < nt; ++j) {
               Kernels<L>::one[m - 1](wc + j * tile_elems, tile_elems, nk, xc, yc + 16 * j, ys, k0 == 0, t0 == 0);
             }
           }
         }
-        i += pair ? 2 : 1;
+        i += nt;
       }
     }
   }

@@ -17,8 +17,10 @@ namespace pagellm::kernels {
 // A weight matrix in GGUF layout: `rows` rows of `cols` elements; each row is contiguous and
 // stored in `type` (F32, F16, BF16, Q8_0 or Q4_0; quantized rows are cols/32 blocks).
 // In ggml terms: ne[0] = cols, ne[1] = rows.
-// layout kRepacked16 (Q8_0/Q4_0 only, made by repack_weight): the same bytes, rows interleaved
-// in tiles of 16 for the block-sum kernels (kernels_r16.h); only matmul reads it.
+// layout kRepacked16 (made by repack_weight): the same bytes, rows interleaved in tiles of 16;
+// Q8_0/Q4_0 block by block for the block-sum kernels (kernels_r16.h), F32/F16/BF16 element by
+// element (element (r, k) of a tile at k * 16 + r) for the sequential kernels
+// (matmul_seq_avx2.cc); only matmul reads it.
 enum class WeightLayout : uint8_t { kGguf, kRepacked16 };
 struct WeightView {
   GgmlType type = GgmlType::F32;
@@ -30,15 +32,16 @@ struct WeightView {
 };
 
 // ---- weight repacking (load time) ---------------------------------------------------------
-// True when matmul is faster on repack_weight(w) on this CPU: Q8_0/Q4_0 in GGUF layout with at
-// least 16 rows and 256 columns, and use_repacking() (AVX2; not PAGELLM_NO_REPACK). Repacked
-// weights are computed with exact per-block integer sums ("block sums", kernels_r16.h), not
-// ggml's lane-wise float sums: the results differ from the GGUF layout's in the last bits, are
-// batch invariant, and are the same on AVX2 and AVX-512 CPUs.
+// True when matmul is faster on repack_weight(w) on this CPU: Q8_0/Q4_0/F32/F16/BF16 in GGUF
+// layout with at least 16 rows and 256 columns, and use_repacking() (AVX2; not PAGELLM_NO_REPACK).
+// Repacked Q8_0/Q4_0 weights are computed with exact per-block integer sums ("block sums",
+// kernels_r16.h), not ggml's lane-wise float sums; repacked float weights with one sequential FMA
+// chain per output (ref::dot_*_seq), not 16 lanes: the results differ from the GGUF layout's in
+// the last bits, are batch invariant, and are the same on AVX2 and AVX-512 CPUs.
 bool repack_pays(const WeightView& w);
 // Writes w's rows in WeightLayout::kRepacked16 into out (w.rows * w.row_bytes() bytes, any
 // alignment, not overlapping w) and returns the view of out. Precondition (PAGELLM_CHECK, aborts):
-// w is Q8_0/Q4_0 in GGUF layout. pool may be nullptr.
+// w is Q8_0/Q4_0/F32/F16/BF16 in GGUF layout. pool may be nullptr.
 WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool);
 
 // ---- dequantization (block formulas of ggml-common.h) -------------------------------------
