@@ -8,6 +8,10 @@
 
 #include "cli/bandwidth_probe.h"
 
+#include <string>
+
+#include "core/error.h"
+
 namespace pagellm::cli {
 namespace {
 
@@ -39,6 +43,9 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, int64_t bytes, int reps) {
     void operator()(float* p) const { std::free(p); }
   };
   std::unique_ptr<float, Free> buf(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4)));
+  if (buf == nullptr) {
+    throw Error("bandwidth probe: cannot allocate " + std::to_string(bytes >> 20) + " MiB (lower --probe-mib)");
+  }
   const int nt = pool.num_threads();
   auto part = [&](int t, int64_t& b, int64_t& e) {
     b = n * t / nt / 64 * 64;

@@ -140,10 +140,13 @@ int run_latency(const LatencyArgs& a) {
   const double rss_mib = peak_rss_mib();  // before the probe's buffer
   const double bw = measure_read_bandwidth_gbps(llm.pool(), a.probe_mib << 20, 5);
   const double model_bytes = static_cast<double>(llm.model().weight_bytes());
-  const double achieved = model_bytes * t.decode_tokens_per_s() / 1e9;
+  // What one decode step streams: every weight but the untied embedding table (one row of it).
+  const double decode_bytes = static_cast<double>(llm.model().decode_bytes_per_token());
+  const double achieved = decode_bytes * t.decode_tokens_per_s() / 1e9;
   nlohmann::json j = {{"model", cfg.model_path},
                       {"threads", llm.pool().num_threads()},
                       {"model_bytes", llm.model().weight_bytes()},
+                      {"decode_bytes_per_token", llm.model().decode_bytes_per_token()},
                       {"prompt_tokens", n_prompt},
                       {"gen_tokens", t.decode_tokens},
                       {"prefill_tokens_per_s", t.prompt_tokens_per_s()},

@@ -33,6 +33,12 @@ class LlamaModel {
   KvCacheShape kv_shape(GgmlType dtype) const;
   // Bytes of all weights.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Weight bytes one decode step reads (bytes per generated token): every weight, except that an
+  // untied token_embd table contributes only the one row looked up (it is not streamed).
+  int64_t decode_bytes_per_token() const {
+    if (token_embd_.data == output_.data) return weight_bytes_;
+    return weight_bytes_ - token_embd_.rows * token_embd_.row_bytes() + token_embd_.row_bytes();
+  }
 
   // One forward pass over a flat batch (see ForwardBatch). Writes every token's K/V into
   // kv_cache at batch.slot_mapping, then attends through batch.block_tables.

@@ -2,6 +2,8 @@
 // settings it refuses with a message instead of printing 0.00 tokens/s.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -18,10 +20,10 @@ struct CliRun {
   std::string out, err;
 };
 
-CliRun run_latency(const std::string& args) {
+CliRun run_latency(const std::string& args, const std::string& probe_mib = "8") {
   const std::string out = testing::TempDir() + "bench_latency_out.txt";
   const std::string err = testing::TempDir() + "bench_latency_err.txt";
-  const std::string cmd = std::string(PAGELLM_BINARY) + " bench latency -m " + kModel + " --probe-mib 8 --threads 2 " +
+  const std::string cmd = std::string(PAGELLM_BINARY) + " bench latency -m " + kModel + " --probe-mib " + probe_mib + " --threads 2 " +
                           args + " > " + out + " 2> " + err;
   const int status = std::system(cmd.c_str());
   auto slurp = [](const std::string& path) {
@@ -42,6 +44,8 @@ TEST(BenchLatencyCli, JsonReportsEveryFigure) {
   EXPECT_GT(j["batch_decode_tokens_per_s"]["1"].get<double>(), 0);
   EXPECT_GT(j["batch_decode_tokens_per_s"]["4"].get<double>(), 0);
   EXPECT_GT(j["bandwidth_gb_per_s"].get<double>(), 0);
+  EXPECT_GT(j["decode_bytes_per_token"].get<int64_t>(), 0);
+  EXPECT_LE(j["decode_bytes_per_token"].get<int64_t>(), j["model_bytes"].get<int64_t>());
 }
 
 TEST(BenchLatencyCli, PromptGivesWayToGeneratedTokens) {
@@ -63,6 +67,10 @@ TEST(BenchLatencyCli, RefusesWhatCannotBeMeasured) {
   const CliRun zero = run_latency("--prompt-tokens 0");
   EXPECT_NE(zero.status, 0);
   EXPECT_NE(zero.err.find("--prompt-tokens must be >= 1"), std::string::npos) << zero.err;
+  // A probe buffer the machine cannot allocate (~1 TiB): an error, not a segfault.
+  const CliRun huge = run_latency("--prompt-tokens 8 --gen-tokens 4", "999999");
+  EXPECT_EQ(WEXITSTATUS(huge.status), 1) << huge.err;
+  EXPECT_NE(huge.err.find("bandwidth probe: cannot allocate 999999 MiB"), std::string::npos) << huge.err;
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 // independent FMA chains. Entered only when use_avx512_vnni() (kernels_avx512.h).
 // Compiled with -O3 (CMakeLists.txt): at -O2 GCC 12 keeps the accumulator arrays on the stack.
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+// (GCC 12 reports its own avx512fintrin.h helpers as maybe-uninitialized in the BF16 loads.)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
