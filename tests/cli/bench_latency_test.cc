@@ -20,10 +20,11 @@ struct CliRun {
   std::string out, err;
 };
 
-CliRun run_latency(const std::string& args, const std::string& probe_mib = "8") {
+// env: variables for this run (prefix of the shell command).
+CliRun run_latency(const std::string& args, const std::string& probe_mib = "8", const std::string& env = "") {
   const std::string out = testing::TempDir() + "bench_latency_out.txt";
   const std::string err = testing::TempDir() + "bench_latency_err.txt";
-  const std::string cmd = std::string(PAGELLM_BINARY) + " bench latency -m " + kModel + " --probe-mib " + probe_mib + " --threads 2 " +
+  const std::string cmd = env + " " + std::string(PAGELLM_BINARY) + " bench latency -m " + kModel + " --probe-mib " + probe_mib + " --threads 2 " +
                           args + " > " + out + " 2> " + err;
   const int status = std::system(cmd.c_str());
   auto slurp = [](const std::string& path) {
@@ -67,8 +68,14 @@ TEST(BenchLatencyCli, RefusesWhatCannotBeMeasured) {
   const CliRun zero = run_latency("--prompt-tokens 0");
   EXPECT_NE(zero.status, 0);
   EXPECT_NE(zero.err.find("--prompt-tokens must be >= 1"), std::string::npos) << zero.err;
-  // A probe buffer the machine cannot allocate (~1 TiB): an error, not a segfault.
-  const CliRun huge = run_latency("--prompt-tokens 8 --gen-tokens 4", "999999");
+  // A probe buffer the machine cannot allocate (~1 TiB): an error, not a segfault. (In the
+  // sanitizer build ASan would abort on the allocation itself unless told to return null, as the
+  // C library does.)
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  const std::string env =
+      "ASAN_OPTIONS=" + std::string(asan != nullptr && *asan != '\0' ? std::string(asan) + ":" : "") +
+      "allocator_may_return_null=1";
+  const CliRun huge = run_latency("--prompt-tokens 8 --gen-tokens 4", "999999", env);
   EXPECT_EQ(WEXITSTATUS(huge.status), 1) << huge.err;
   EXPECT_NE(huge.err.find("bandwidth probe: cannot allocate 999999 MiB"), std::string::npos) << huge.err;
 }
