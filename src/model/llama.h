@@ -22,10 +22,10 @@ namespace pagellm {
 class LlamaModel {
  public:
   // Binds the weights of `file` (which must outlive the model). Throws pagellm::Error naming the
-  // tensor for a missing tensor, a wrong shape or an unsupported dtype. Q8_0/Q4_0 matmul weights
-  // are repacked into model-owned memory when kernels::repack_pays (AVX2 CPUs; same bytes,
-  // block-sum arithmetic, kernels_r16.h) and their pages of the mapping are dropped, so the resident
-  // size stays about the file's.
+  // tensor for a missing tensor, a wrong shape or an unsupported dtype. Matmul weights are
+  // repacked into model-owned memory when kernels::repack_pays (AVX2 CPUs; same bytes; Q8_0/Q4_0:
+  // block-sum arithmetic, kernels_r16.h; F32/F16/BF16: sequential FMA chains, matmul_seq_*.cc)
+  // and their pages of the mapping are dropped, so the resident size stays about the file's.
   LlamaModel(const GgufFile& file, ThreadPool* pool);
 
   const LlamaConfig& config() const { return config_; }
