@@ -60,9 +60,11 @@ struct BF16S {
 // tile packed by pack_seq (element (k, t) at k * M + t). y: token t, row 16 i + r at
 // y[t * ys + 16 i + r]; `first`: the chains start at 0, else they continue from y.
 // `prefetch`: the weights come from DRAM (one pass), prefetch them kPrefetchBytes ahead.
-template <typename L, int R, int M>
-void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
-                int64_t ys, bool first, bool prefetch) {
+// kStage (R = 1): also store the step's weights, converted to f32 (exact), at
+// staged + (k - k0) * 16, for the tile's other token tiles.
+template <typename L, int R, int M, bool kStage = false>
+__attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
+                int64_t ys, bool first, bool prefetch, float* staged = nullptr) {
   __m256 lo[R][M], hi[R][M];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < M; ++t) {
@@ -79,6 +81,10 @@ void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t 
     for (int r = 0; r < R; ++r) {
       __m256 w0, w1;
       L::load16(w + r * tile_elems + k * 16, w0, w1);
+      if constexpr (kStage) {
+        _mm256_store_ps(staged + (k - k0) * 16, w0);
+        _mm256_store_ps(staged + (k - k0) * 16 + 8, w1);
+      }
 #pragma GCC unroll 6
       for (int t = 0; t < M; ++t) {
         const __m256 b = _mm256_broadcast_ss(xp + k * M + t);
@@ -146,6 +152,9 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
   // From kConvertTiles token tiles on (prefill), each chunk of weights is first converted to f32
   // (exact) in L1, so the token tiles' inner loops load floats instead of converting every step.
   const bool convert = !std::is_same_v<L, F32S> && num_tokens > (kConvertTiles - 1) * kSeqTileTokens;
+  // Fewer tokens: the first token tile (which reads the weights from DRAM, converting them as it
+  // goes) leaves the f32 chunk in L1 for the others (a separate conversion pass costs more here).
+  const bool stage = !std::is_same_v<L, F32S> && !convert;
   alignas(64) float wf[16 * kSeqChunk];
   for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
     const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
@@ -169,6 +178,11 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
             // (the kernel reads step k at w + k * 16: the chunk's f32 copy, re-based to step 0
             // through the packed activations' offset below)
             seq_kernel_m<F32S, 1>(m, wf, 0, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, false);
+          } else if (stage && t0 > 0) {
+            seq_kernel_m<F32S, 1>(m, wf, 0, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, false);
+          } else if (stage) {  // (m == kSeqTileTokens: there is more than one token tile)
+            seq_kernel<L, 1, kSeqTileTokens, true>(w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, yc, ys, k0 == 0,
+                                                   true, wf);
           } else {
             // The first token tile prefetches the tile's next chunk (8 KiB ahead: the weights
             // come from DRAM once and the other tiles of the block run in between).
