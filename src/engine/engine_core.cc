@@ -149,13 +149,21 @@ void EngineCore::postprocess(Request& r, const float* logits, double now, Reques
   const int64_t vocab = llm_.model().config().vocab_size;
   const std::span<const float> row(logits, static_cast<size_t>(vocab));
   int32_t tok;
-  if (st.params.sampling.logprobs >= 0 || st.params.need_cumulative_logprob) {
-    SampleResult res = st.sampler->sample_with_logprobs(row, r.prompt_token_ids, r.output_token_ids);
-    tok = res.token_id;
-    st.cumulative_logprob += res.logprob;
-    if (st.params.sampling.logprobs >= 0) out.new_logprobs.push_back(std::move(res));
-  } else {
-    tok = st.sampler->sample(row, r.prompt_token_ids, r.output_token_ids);
+  try {
+    if (st.params.sampling.logprobs >= 0 || st.params.need_cumulative_logprob) {
+      SampleResult res = st.sampler->sample_with_logprobs(row, r.prompt_token_ids, r.output_token_ids);
+      tok = res.token_id;
+      st.cumulative_logprob += res.logprob;
+      if (st.params.sampling.logprobs >= 0) out.new_logprobs.push_back(std::move(res));
+    } else {
+      tok = st.sampler->sample(row, r.prompt_token_ids, r.output_token_ids);
+    }
+  } catch (const SamplingError& e) {
+    // The model's logits leave nothing to sample (NaN / infinite weights): this request fails,
+    // its blocks are freed, the other requests and the engine go on.
+    out.error = e.what();
+    out = finish(r.request_id, RequestStatus::kFinishedError, std::move(out), now);
+    return;
   }
   r.output_token_ids.push_back(tok);
   out.new_token_ids.push_back(tok);

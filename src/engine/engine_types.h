@@ -50,7 +50,8 @@ struct RequestOutput {
   std::vector<SampleResult> new_logprobs;      // one per new token when sampling.logprobs >= 0
   std::string delta_text;                      // complete UTF-8, stop strings withheld/removed
   bool finished = false;
-  std::string finish_reason;                   // "stop" | "length" | "abort" when finished
+  std::string finish_reason;                   // "stop" | "length" | "abort" | "error" when finished
+  std::string error;                           // finish_reason "error": what failed
   std::optional<std::string> stop_reason;      // the stop string or token id text that matched
   int32_t num_prompt_tokens = 0;
   int32_t num_generated_tokens = 0;            // total so far

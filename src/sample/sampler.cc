@@ -44,7 +44,13 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
                 "logits.size()=" + std::to_string(logits.size()) + " vocab_size=" + std::to_string(vocab_size_));
   std::copy(logits.begin(), logits.end(), logits_.begin());
   apply_bias_and_penalties(logits_, params_, prompt_token_ids, output_token_ids, scratch_);
-  if (params_.is_greedy()) return greedy_argmax(logits_);
+  if (params_.is_greedy()) {
+    const int32_t best = greedy_argmax(logits_);
+    if (!(logits_[best] > -std::numeric_limits<float>::infinity())) {
+      throw SamplingError("no token can be chosen: every logit is NaN or -inf (the model's output is not finite)");
+    }
+    return best;
+  }
   return sample_random();
 }
 
@@ -107,7 +113,10 @@ int32_t Sampler::sample_random() {
       max_logit = std::max(max_logit, l);
     }
   }
-  PAGELLM_CHECK(std::isfinite(max_logit), "max logit after temperature is " + std::to_string(max_logit));
+  if (!std::isfinite(max_logit)) {
+    throw SamplingError("no token can be sampled: the largest logit after temperature is " + std::to_string(max_logit) +
+                        " (the model's output is not finite)");
+  }
   max_logit_ = max_logit;
   num_sorted_ = 0;
 
@@ -169,7 +178,10 @@ SampleResult Sampler::sample_with_logprobs(std::span<const float> logits, std::s
 
   // Raw logprobs: log_softmax of the caller's logits (untouched by sample()).
   const float max_logit = logits[greedy_argmax(logits)];
-  PAGELLM_CHECK(std::isfinite(max_logit), "max raw logit is " + std::to_string(max_logit));
+  if (!std::isfinite(max_logit)) {
+    throw SamplingError("logprobs cannot be computed: the largest logit is " + std::to_string(max_logit) +
+                        " (the model's output is not finite)");
+  }
   double sum = 0.0;
   for (const float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
   const float log_normalizer = max_logit + static_cast<float>(std::log(sum));

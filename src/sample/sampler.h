@@ -35,6 +35,7 @@
 #include <span>
 #include <vector>
 
+#include "core/error.h"
 #include "sample/logits_processor.h"
 #include "sample/rng.h"
 #include "sample/sampling_params.h"
@@ -58,6 +59,15 @@ struct SampleResult {
 // Index of the largest logit, lowest id on ties; NaNs are skipped. Precondition: non-empty.
 int32_t greedy_argmax(std::span<const float> logits);
 
+// The logits leave no token to draw: every one is NaN or -inf (after logit_bias and penalties),
+// or one is +inf where a distribution is needed (random sampling, logprobs). Not an invariant
+// of ours: a model file with NaN / huge weights produces such logits. The engine fails that
+// request and goes on.
+class SamplingError : public Error {
+ public:
+  using Error::Error;
+};
+
 class Sampler {
  public:
   // Seeds the request's RNG from params.seed. Throws pagellm::Error for values that are out of
@@ -67,10 +77,12 @@ class Sampler {
 
   // logits: [vocab_size], not modified; vocab_size is logits.size() and must not change
   // between calls. Token ids: each in [0, vocab_size). Buffers are allocated on the first call.
+  // Throws SamplingError (see above); the sampler stays usable.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> prompt_token_ids,
                  std::span<const int32_t> output_token_ids);
 
   // sample() plus raw logprobs (see the file comment). Consumes the same RNG draws as sample().
+  // Throws SamplingError, also when the raw logits' max is +inf or NaN-only.
   SampleResult sample_with_logprobs(std::span<const float> logits, std::span<const int32_t> prompt_token_ids,
                                     std::span<const int32_t> output_token_ids);
 

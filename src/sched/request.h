@@ -17,9 +17,11 @@ enum class RequestStatus {
   kFinishedStopped,   // EOS, a stop token or a stop string
   kFinishedLength,    // max_tokens or the context length
   kFinishedAborted,   // client abort or shutdown
+  kFinishedError,     // the request failed (no token could be sampled: RequestOutput::error)
 };
 
-const char* finish_reason(RequestStatus s);  // "stop" | "length" | "abort" | "" (not finished)
+// "stop" | "length" | "abort" | "error" | "" (not finished)
+const char* finish_reason(RequestStatus s);
 bool is_finished(RequestStatus s);
 
 struct Request {

@@ -30,6 +30,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   void stream_preamble();
   void stream_output(size_t index, const RequestOutput& out);
   void finish();
+  void fail(const std::string& message);
   void on_disconnect();
   void abort_unfinished();
 
@@ -84,6 +85,10 @@ void GenerationCall::on_disconnect() {
 
 void GenerationCall::on_output(size_t index, const RequestOutput& out) {
   if (done_) return;
+  if (out.finished && out.finish_reason == "error") {
+    choices_[index].finished = true;
+    return fail(out.error);
+  }
   Choice& c = choices_[index];
   ChoiceResult& r = c.result;
   r.token_ids.insert(r.token_ids.end(), out.new_token_ids.begin(), out.new_token_ids.end());
@@ -155,6 +160,24 @@ void GenerationCall::finish() {
   HttpResponse r;
   r.body = dump_json(plan_.endpoint == Endpoint::kChat ? chat_response(plan_, results, tok_)
                                                        : completion_response(plan_, results, tok_));
+  ex_->respond(std::move(r));
+}
+
+// A sequence failed in the engine (its logits left no token to sample): the whole response is
+// an HTTP 500 server_error, or, once streaming, an error event and [DONE] (as vLLM streams
+// errors); the other choices are aborted.
+void GenerationCall::fail(const std::string& message) {
+  abort_unfinished();
+  const ApiError err(500, message, "server_error", std::nullopt, "generation_failed");
+  if (plan_.stream) {
+    ex_->write(sse_event(nlohmann::json::parse(error_body(err))));
+    ex_->write(sse_done());
+    ex_->finish_stream();
+    return;
+  }
+  HttpResponse r;
+  r.status = err.status();
+  r.body = error_body(err);
   ex_->respond(std::move(r));
 }
 

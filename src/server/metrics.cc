@@ -94,7 +94,7 @@ ServerMetrics::ServerMetrics(std::string model_name)
       queue_(kRequestBuckets),
       prefill_(kRequestBuckets),
       decode_(kRequestBuckets),
-      finished_{{"stop", 0}, {"length", 0}, {"abort", 0}} {}
+      finished_{{"stop", 0}, {"length", 0}, {"abort", 0}, {"error", 0}} {}
 
 void ServerMetrics::on_output(const RequestOutput& out) {
   const RequestTimes& t = out.times;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "nan_model.h"
 #include "test_util.h"
 
 namespace pagellm {
@@ -158,6 +159,43 @@ TEST(EngineCore, AbortFreesBlocksAtOnce) {
   EXPECT_FALSE(core.abort_request("b").has_value());
   EXPECT_EQ(llm->kv_manager().pool().num_free_blocks(), total);
   EXPECT_FALSE(core.has_work());
+}
+
+// A model whose logits are all NaN (output.weight NaN): each request ends with finish_reason
+// "error" and a message, greedy or sampled, with or without logprobs; its blocks are freed and
+// the engine runs on to idle (it used to abort the process in the sampler).
+TEST(EngineCore, NonFiniteLogitsFailTheRequestNotTheEngine) {
+  EngineConfig c;
+  c.model_path = test::write_nan_logits_model(::testing::TempDir() + "/nan_logits.gguf");
+  c.num_threads = 2;
+  LLM llm(c);
+  EngineCore core(llm, {4, 512});
+  std::mt19937 rng(3);
+  EngineRequest g = greedy("greedy", random_prompt(rng, 30), 10);
+  EngineRequest t = greedy("sampled", random_prompt(rng, 20), 10);
+  t.sampling.temperature = 1.0f;
+  t.sampling.seed = 5;
+  EngineRequest l = greedy("logprobs", random_prompt(rng, 10), 10);
+  l.sampling.logprobs = 2;
+  core.add_request(g);
+  core.add_request(t);
+  core.add_request(l);
+  std::map<std::string, std::string> errors, reasons;
+  for (int guard = 0; core.has_work() && guard < 1000; ++guard) {
+    for (const RequestOutput& o : core.step()) {
+      EXPECT_TRUE(o.new_token_ids.empty()) << o.request_id;
+      if (o.finished) {
+        reasons[o.request_id] = o.finish_reason;
+        errors[o.request_id] = o.error;
+      }
+    }
+  }
+  EXPECT_FALSE(core.has_work());
+  for (const char* id : {"greedy", "sampled", "logprobs"}) {
+    EXPECT_EQ(reasons[id], "error") << id;
+    EXPECT_NE(errors[id].find("not finite"), std::string::npos) << id << ": " << errors[id];
+  }
+  EXPECT_EQ(llm.kv_manager().pool().num_free_blocks(), llm.kv_cache().num_blocks());
 }
 
 TEST(EngineCore, RejectsBadRequests) {

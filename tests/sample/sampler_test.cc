@@ -312,5 +312,41 @@ TEST(LogprobsTest, SameDrawsAsSample) {
   }
 }
 
+// Logits that leave nothing to draw (a model with NaN or huge weights) are the request's error,
+// not an abort: SamplingError, and the sampler still works on the next, finite, logits.
+TEST(SamplerTest, NonFiniteLogitsThrowSamplingErrorAndTheSamplerStaysUsable) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> all_nan(50, nan), all_neg_inf(50, kNegInf);
+  std::vector<float> pos_inf = random_logits(50, 3);
+  pos_inf[7] = inf;
+  const std::vector<float> fine = random_logits(50, 4);
+  for (float temperature : {0.0f, 0.7f}) {
+    SCOPED_TRACE(temperature);
+    Sampler s(seeded(11, temperature));
+    EXPECT_THROW(s.sample(all_nan, kNoTokens, kNoTokens), SamplingError);
+    EXPECT_THROW(s.sample(all_neg_inf, kNoTokens, kNoTokens), SamplingError);
+    EXPECT_THROW(s.sample_with_logprobs(all_nan, kNoTokens, kNoTokens), SamplingError);
+    if (temperature > 0) {
+      EXPECT_THROW(s.sample(pos_inf, kNoTokens, kNoTokens), SamplingError);  // no distribution
+    } else {
+      EXPECT_EQ(s.sample(pos_inf, kNoTokens, kNoTokens), 7);  // the argmax is still defined
+      EXPECT_THROW(s.sample_with_logprobs(pos_inf, kNoTokens, kNoTokens), SamplingError);
+    }
+    // The failed calls drew nothing: the next draws equal a fresh sampler's.
+    Sampler fresh(seeded(11, temperature));
+    EXPECT_EQ(draw(s, fine, 20), draw(fresh, fine, 20));
+  }
+  // Some NaNs among finite logits are skipped, as before.
+  std::vector<float> some_nan = fine;
+  some_nan[0] = some_nan[9] = nan;
+  Sampler g(seeded(1, 0.0f));
+  EXPECT_NE(g.sample(some_nan, kNoTokens, kNoTokens), 0);
+  Sampler r(seeded(1, 1.0f));
+  for (int32_t t : draw(r, some_nan, 200)) {
+    EXPECT_NE(t, 0);
+    EXPECT_NE(t, 9);
+  }
+}
+
 }  // namespace
 }  // namespace pagellm

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "nan_model.h"
 #include "server/sse.h"
 #include "server_process.h"
 
@@ -218,6 +219,37 @@ TEST(ServeE2E, DisconnectMidStreamFreesTheBlocks) {
   auto m = read_metrics(server.port());
   EXPECT_GE(m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}"], 1);
   EXPECT_EQ(http(server.port(), "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// A model whose logits are all NaN: every generation is an HTTP 500 server_error with an
+// OpenAI-style body (streaming: an error event, then [DONE]); the blocks come back and the server
+// keeps answering (it used to abort in the sampler on the first request).
+TEST(ServeE2E, NonFiniteLogitsAre500AndTheServerKeepsServing) {
+  ServerProcess server({}, test::write_nan_logits_model(::testing::TempDir() + "/serve_nan_logits.gguf"));
+  for (double temperature : {1.0, 0.0}) {
+    SCOPED_TRACE(temperature);
+    const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", temperature}, {"n", 2}};
+    const HttpResult r = http(server.port(), "POST", "/v1/completions", req.dump());
+    ASSERT_EQ(r.status, 500) << r.body;
+    const json e = json::parse(r.body);
+    EXPECT_EQ(e["error"]["type"], "server_error");
+    EXPECT_NE(e["error"]["message"].get<std::string>().find("not finite"), std::string::npos) << r.body;
+  }
+  json chat = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"max_tokens", 8}, {"stream", true}};
+  const HttpResult s = http(server.port(), "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(s.status, 200) << s.body;  // the stream had started: the error comes as an event
+  EXPECT_NE(s.body.find("data: {\"error\""), std::string::npos) << s.body;
+  EXPECT_NE(s.body.find("data: [DONE]"), std::string::npos) << s.body;
+  EXPECT_TRUE(wait_all_blocks_free(server.port()));
+  auto m = read_metrics(server.port());
+  // 5 sequences: each request's first failing choice ends it; with n = 2 the other choice fails
+  // too, or is aborted if the engine had not sampled it yet (the two are submitted one by one).
+  const double errors = m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"error\"}"];
+  const double aborts = m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}"];
+  EXPECT_GE(errors, 3);
+  EXPECT_EQ(errors + aborts, 5);
+  EXPECT_EQ(http(server.port(), "GET", "/health").status, 200);
   EXPECT_EQ(server.stop(), 0);
 }
 

@@ -148,7 +148,9 @@ inline HttpResult http(int port, const std::string& method, const std::string& p
 // `pagellm serve ... --port 0`; the port comes from the "serving model ... on http://H:P" line.
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> args) {
+  // model_path: the GGUF to serve (default: the bundled stories260K).
+  explicit ServerProcess(std::vector<std::string> args, std::string model_path = "") {
+    if (model_path.empty()) model_path = std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf";
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
@@ -156,9 +158,8 @@ class ServerProcess {
       dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
-      std::vector<std::string> argv = {PAGELLM_BINARY, "serve", "-m",
-                                       std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf", "--port", "0",
-                                       "--threads", "1", "--served-model-name", "stories260K"};
+      std::vector<std::string> argv = {PAGELLM_BINARY, "serve",   "-m", model_path, "--port", "0", "--threads", "1",
+                                       "--served-model-name", "stories260K"};
       argv.insert(argv.end(), args.begin(), args.end());
       std::vector<char*> cargv;
       for (std::string& s : argv) cargv.push_back(s.data());
