@@ -1,14 +1,19 @@
 // write_kv and causal paged attention over a block table (vLLM's PagedAttention, Kwon et al.
-// 2023), with the math of llama.cpp's non-flash attention path:
-//   s_j = (q . k_j) * scale, j in [0, pos];  p = softmax(s) (max subtracted, sum in double,
-//   p_j *= (float)(1 / sum));  out = sum_j p_j v_j, j ascending.
+// 2023), tiled over the keys with an online softmax (FlashAttention, Dao et al. 2022,
+// arXiv:2205.14135, section 3.1; Milakov & Gimelshein 2018, arXiv:1805.02867):
+//   for each tile of kKeyTile keys j (positions j0 .. j0 + kKeyTile - 1, clipped to [0, pos]):
+//     s_j = (q . k_j) * scale;  m' = max(m, max_j s_j);  c = exp(m - m')  (0 on the first tile)
+//     p_j = exp(s_j - m');  l = l * c + sum_j p_j  (double);  acc = acc * c + sum_j p_j v_j
+//   out = acc * (float)(1 / l).
+// Memory per (token, head) is one tile of scores and head_dim accumulators, whatever the context;
+// the tile boundaries are key positions, so the result does not depend on the batch, the chunking
+// or the threads.
 //
 // Key j of sequence s lives in slot  block_tables[s, j / block_size] * block_size + j % block_size.
 // Example: block_size 16, block table [7, 2]: key 20 -> block 2, offset 4 -> slot 36.
 //
-// Every (token, head) pair is computed alone, keys in order 0..pos, so results do not depend on
-// the batch or the threads; (token, kv head) units are dealt to threads round-robin (causal rows
-// differ in length).
+// Every (token, head) pair is computed alone, keys in order 0..pos; (token, kv head) units are
+// dealt to threads round-robin (causal rows differ in length).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -34,6 +39,8 @@ void check_kv(const KvLayerView& kv) {
 
 int64_t elem_bytes(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
 
+constexpr int64_t kKeyTile = 64;  // keys per online-softmax tile (4 blocks of 16)
+
 // One attention problem: query head `q` against kv head `kvh` of keys [0, pos] of one sequence.
 struct Problem {
   const float* q;            // [head_dim]
@@ -52,17 +59,16 @@ int64_t slot_of(const KvLayerView& kv, const int32_t* table, int64_t j) {
 }
 
 // offsets[j]: element offset of key j's slot (slot * num_kv_heads * head_dim), shared by every
-// head of the token. scores[j] = (q . k_j) * scale for j in [0, pos].
+// head of the token. scores[j - j0] = (q . k_j) * scale for j in [j0, n).
 template <bool kSimd>
 void qk_scores(const KvLayerView& kv, const Problem& p, float scale, const std::vector<int64_t>& offsets,
-               float* scores) {
+               int64_t j0, int64_t n, float* scores) {
   const int64_t hd = kv.head_dim;
   const bool f16 = kv.dtype == GgmlType::F16;
-  const int64_t n = p.pos + 1;
   const auto* k32 = static_cast<const float*>(kv.k) + p.kvh * hd;
   const auto* k16 = static_cast<const uint16_t*>(kv.k) + p.kvh * hd;
   const int64_t row = kv.num_kv_heads * hd;  // elements per slot
-  for (int64_t j = 0; j < n;) {
+  for (int64_t j = j0; j < n;) {
     float d[avx2::kMaxTileTokens];
     int m = 1;
     if constexpr (kSimd) {
@@ -77,18 +83,18 @@ void qk_scores(const KvLayerView& kv, const Problem& p, float scale, const std::
     } else {
       d[0] = f16 ? ref::dot_f16(k16 + offsets[j], p.q, hd) : ref::dot_f32(k32 + offsets[j], p.q, hd);
     }
-    for (int i = 0; i < m; ++i, ++j) scores[j] = d[i] * scale;
+    for (int i = 0; i < m; ++i, ++j) scores[j - j0] = d[i] * scale;
   }
 }
 
 // The scores of two query heads (q, q + head_dim) sharing kv head kvh, F32 keys, AVX-512: tiles of
 // 4 keys in consecutive slots x the 2 queries (avx512::dot_float_tile), each dot product
 // bit-identical to avx2::dot_f32(k, q), so to qk_scores<true>.
-void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, int64_t n, float scale,
+void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, int64_t j0, int64_t n, float scale,
                            const std::vector<int64_t>& offsets, float* s0, float* s1) {
   const int64_t hd = kv.head_dim, row = kv.num_kv_heads * hd;
   const auto* k32 = static_cast<const float*>(kv.k) + kvh * hd;
-  for (int64_t j = 0; j < n;) {
+  for (int64_t j = j0; j < n;) {
     float d[8];
     const int64_t o = offsets[j];
     const bool run4 = j + 4 <= n && offsets[j + 1] == o + row && offsets[j + 2] == o + 2 * row &&
@@ -96,44 +102,64 @@ void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, i
     const int r = run4 ? 4 : 1;
     avx512::dot_float_tile(GgmlType::F32, k32 + o, row, r, q, hd, hd, 2, d);
     for (int i = 0; i < r; ++i, ++j) {
-      s0[j] = d[2 * i] * scale;
-      s1[j] = d[2 * i + 1] * scale;
+      s0[j - j0] = d[2 * i] * scale;
+      s1[j - j0] = d[2 * i + 1] * scale;
     }
   }
 }
 
-// Softmax over scores[0, pos] (scaled q . k), then p.out = sum_j a_j v_j.
+// Running online-softmax state of one problem; the accumulators are the problem's `out`.
+struct OnlineSoftmax {
+  float m = -std::numeric_limits<float>::infinity();  // max score so far
+  double l = 0.0;                                      // sum of exp(s_j - m) so far
+};
+
+// One tile: keys [j0, j1) with their scaled scores in scores[0, j1 - j0) (overwritten by
+// p_j = exp(s_j - m')). tmp: [head_dim] scratch.
 template <bool kSimd>
-void softmax_pv(const KvLayerView& kv, const Problem& p, const std::vector<int64_t>& offsets, float* scores) {
+void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets, int64_t j0, int64_t j1,
+                 float* scores, OnlineSoftmax& st, float* tmp) {
   const int64_t hd = kv.head_dim;
   const bool f16 = kv.dtype == GgmlType::F16;
-  const int64_t n = p.pos + 1;
-  float max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) max = std::fmax(max, scores[j]);
+  const int64_t n = j1 - j0;
+  float m = st.m;
+  for (int64_t j = 0; j < n; ++j) m = std::fmax(m, scores[j]);
   double sum = 0.0;
   for (int64_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - max);
+    scores[j] = std::exp(scores[j] - m);
     sum += static_cast<double>(scores[j]);
   }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j < n; ++j) scores[j] *= inv;  // the weights a_j
+  const bool first = j0 == 0;
+  const float c = first ? 0.0f : std::exp(st.m - m);
+  st.l = first ? sum : st.l * static_cast<double>(c) + sum;
+  st.m = m;
+  float* pv = first ? p.out : tmp;  // sum_j p_j v_j of this tile
   if constexpr (kSimd) {
     if (f16) {
-      avx2::pv_accumulate_f16(static_cast<const uint16_t*>(kv.v) + p.kvh * hd, offsets.data(), n, scores, hd, p.out);
+      avx2::pv_accumulate_f16(static_cast<const uint16_t*>(kv.v) + p.kvh * hd, offsets + j0, n, scores, hd, pv);
     } else {
-      avx2::pv_accumulate_f32(static_cast<const float*>(kv.v) + p.kvh * hd, offsets.data(), n, scores, hd, p.out);
+      avx2::pv_accumulate_f32(static_cast<const float*>(kv.v) + p.kvh * hd, offsets + j0, n, scores, hd, pv);
     }
   } else {
-    std::fill(p.out, p.out + hd, 0.0f);
+    std::fill(pv, pv + hd, 0.0f);
     for (int64_t j = 0; j < n; ++j) {
       const float a = scores[j];
       for (int64_t i = 0; i < hd; ++i) {
-        const int64_t o = offsets[j] + p.kvh * hd + i;
+        const int64_t o = offsets[j0 + j] + p.kvh * hd + i;
         const float vi = f16 ? fp16_to_fp32(static_cast<const uint16_t*>(kv.v)[o]) : static_cast<const float*>(kv.v)[o];
-        p.out[i] += a * vi;
+        pv[i] = std::fma(a, vi, pv[i]);
       }
     }
   }
+  if (!first) {
+    for (int64_t i = 0; i < hd; ++i) p.out[i] = std::fma(p.out[i], c, tmp[i]);
+  }
+}
+
+// out = acc / l.
+void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
+  const float inv = static_cast<float>(1.0 / st.l);
+  for (int64_t i = 0; i < hd; ++i) p.out[i] *= inv;
 }
 
 // Sequence index of every token, with the shape checks of the batch.
@@ -169,7 +195,8 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   // Pairs of query heads share each key load on AVX-512 CPUs (F32 KV cache; same bits).
   const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && use_avx512_vnni();
   auto work = [&](int thread, int num_threads) {
-    std::vector<float> scores;
+    float scores[2 * kKeyTile];  // one tile of scores for each of two heads
+    std::vector<float> tmp(static_cast<size_t>(hd));
     std::vector<int64_t> offsets;
     int64_t offsets_token = -1;
     for (int64_t u = thread; u < num_units; u += num_threads) {
@@ -181,18 +208,28 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
         offsets_token = t;
       }
       const int64_t n = b.positions[t] + 1;
-      scores.resize(static_cast<size_t>(2 * n));
       for (int64_t h = g * group; h < (g + 1) * group;) {
         const Problem p{q + (t * num_heads + h) * hd, b.positions[t], g, out + (t * num_heads + h) * hd};
         if (pair512 && h + 1 < (g + 1) * group) {
           const Problem p1{p.q + hd, p.pos, g, p.out + hd};
-          qk_scores_pair_avx512(kv, p.q, g, n, scale, offsets, scores.data(), scores.data() + n);
-          softmax_pv<kSimd>(kv, p, offsets, scores.data());
-          softmax_pv<kSimd>(kv, p1, offsets, scores.data() + n);
+          OnlineSoftmax st0, st1;
+          for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
+            const int64_t j1 = std::min(n, j0 + kKeyTile);
+            qk_scores_pair_avx512(kv, p.q, g, j0, j1, scale, offsets, scores, scores + kKeyTile);
+            online_tile<kSimd>(kv, p, offsets.data(), j0, j1, scores, st0, tmp.data());
+            online_tile<kSimd>(kv, p1, offsets.data(), j0, j1, scores + kKeyTile, st1, tmp.data());
+          }
+          online_finish(p, hd, st0);
+          online_finish(p1, hd, st1);
           h += 2;
         } else {
-          qk_scores<kSimd>(kv, p, scale, offsets, scores.data());
-          softmax_pv<kSimd>(kv, p, offsets, scores.data());
+          OnlineSoftmax st;
+          for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
+            const int64_t j1 = std::min(n, j0 + kKeyTile);
+            qk_scores<kSimd>(kv, p, scale, offsets, j0, j1, scores);
+            online_tile<kSimd>(kv, p, offsets.data(), j0, j1, scores, st, tmp.data());
+          }
+          online_finish(p, hd, st);
           h += 1;
         }
       }

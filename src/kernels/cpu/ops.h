@@ -121,7 +121,9 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
 //   block_tables:    [num_seqs, max_blocks_per_seq] physical block ids, row-major
 //   out:             [num_tokens, num_heads, head_dim] f32
 // GQA: query head h reads kv head h / (num_heads / num_kv_heads). scale is usually 1/sqrt(head_dim).
-// Reduction order over key positions is 0..pos for every token, independent of the batch.
+// Keys in tiles of 64 positions with an online softmax (FlashAttention, Dao et al. 2022; math in
+// attention.cc): scratch per thread is one tile of scores plus head_dim floats, whatever the
+// context. Reduction order over key positions is 0..pos for every token, independent of the batch.
 struct AttentionBatch {
   const int64_t* query_start_loc = nullptr;
   const int64_t* positions = nullptr;
