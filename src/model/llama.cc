@@ -107,17 +107,33 @@ void LlamaModel::check_batch(const ForwardBatch& b, const KvCache& kv) const {
   for (int64_t idx : b.logits_indices) PAGELLM_CHECK(idx >= 0 && idx < n, "logits index");
 }
 
+const BlockQ8_0* LlamaModel::norm_for(std::initializer_list<const kc::WeightView*> ws, const float* weight,
+                                      const int64_t* rows, int64_t num_rows) {
+  const LlamaConfig& c = config_;
+  const int64_t h = c.hidden_size;
+  bool quantized = false;
+  for (const kc::WeightView* w : ws) quantized |= w->type == GgmlType::Q8_0 || w->type == GgmlType::Q4_0;
+  if (quantized) xq_.resize(static_cast<size_t>(num_rows * (h / kQK8_0)));
+  for (int64_t j = 0; j < num_rows; ++j) {
+    const float* x = &x_[(rows != nullptr ? rows[j] : j) * h];
+    if (quantized) {
+      kc::rms_norm_q8_0(x, weight, 1, h, c.rms_norm_eps, &xn_[j * h], &xq_[j * (h / kQK8_0)]);
+    } else {
+      kc::rms_norm(x, weight, h, c.rms_norm_eps, &xn_[j * h]);
+    }
+  }
+  return quantized ? xq_.data() : nullptr;
+}
+
 void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBatch& b, KvCache& kv_cache) {
   const LlamaConfig& c = config_;
   const int64_t n = b.num_tokens();
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
-  for (int64_t t = 0; t < n; ++t) {
-    kc::rms_norm(&x_[t * c.hidden_size], l.attn_norm, c.hidden_size, c.rms_norm_eps, &xn_[t * c.hidden_size]);
-  }
-  kc::matmul(l.wq, xn_.data(), n, q_.data(), pool_);
-  kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_);
-  kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_);
+  const BlockQ8_0* xq = norm_for({&l.wq, &l.wk, &l.wv}, l.attn_norm, nullptr, n);
+  kc::matmul(l.wq, xn_.data(), n, q_.data(), pool_, xq);
+  kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_, xq);
+  kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_, xq);
   for (int64_t t = 0; t < n; ++t) {
     kc::rope(&q_[t * q_dim], c.num_attention_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_theta);
     kc::rope(&k_[t * kv_dim], c.num_key_value_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_theta);
@@ -138,11 +154,9 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
 
 void LlamaModel::mlp_block(const Layer& l, int64_t n) {
   const LlamaConfig& c = config_;
-  for (int64_t t = 0; t < n; ++t) {
-    kc::rms_norm(&x_[t * c.hidden_size], l.ffn_norm, c.hidden_size, c.rms_norm_eps, &xn_[t * c.hidden_size]);
-  }
-  kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_);
-  kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_);
+  const BlockQ8_0* xq = norm_for({&l.w_gate, &l.w_up}, l.ffn_norm, nullptr, n);
+  kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_, xq);
+  kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_, xq);
   for (int64_t t = 0; t < n; ++t) {
     float* g = &gate_[t * c.intermediate_size];
     kc::silu_mul(g, &up_[t * c.intermediate_size], c.intermediate_size, g);
@@ -176,12 +190,9 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, std::vector<f
   }
   // Final norm only for the rows whose logits are wanted.
   const int64_t num_logits = static_cast<int64_t>(b.logits_indices.size());
-  for (int64_t j = 0; j < num_logits; ++j) {
-    kc::rms_norm(&x_[b.logits_indices[j] * c.hidden_size], output_norm_, c.hidden_size, c.rms_norm_eps,
-                 &xn_[j * c.hidden_size]);
-  }
+  const BlockQ8_0* xq = norm_for({&output_}, output_norm_, b.logits_indices.data(), num_logits);
   logits.resize(num_logits * c.vocab_size);
-  kc::matmul(output_, xn_.data(), num_logits, logits.data(), pool_);
+  kc::matmul(output_, xn_.data(), num_logits, logits.data(), pool_, xq);
 }
 
 }  // namespace pagellm

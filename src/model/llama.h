@@ -7,6 +7,7 @@
 // ..., output_norm, output). Reference: llama.cpp src/models/llama.cpp; llama2.c run.c.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -61,6 +62,12 @@ class LlamaModel {
   void check_batch(const ForwardBatch& batch, const KvCache& kv_cache) const;
   void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache);
   void mlp_block(const Layer& l, int64_t num_tokens);
+  // xn_ = rms_norm(rows of x_) for the matrices in `ws`; when one of them is Q8_0 / Q4_0, also
+  // xq_ = those rows quantized to q8_0 in the same pass (kernels::rms_norm_q8_0), shared by
+  // them. Returns xq_.data(), or nullptr when none is quantized. rows: num_rows row indices of
+  // x_ (nullptr: rows 0 .. num_rows - 1).
+  const BlockQ8_0* norm_for(std::initializer_list<const kernels::WeightView*> ws, const float* weight,
+                            const int64_t* rows, int64_t num_rows);
 
   LlamaConfig config_;
   ThreadPool* pool_;
@@ -73,6 +80,7 @@ class LlamaModel {
 
   // Scratch, resized per call: [num_tokens, *] f32.
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_;
+  std::vector<BlockQ8_0> xq_;  // [num_tokens, hidden / 32]: xn_ quantized (norm_for)
 };
 
 }  // namespace pagellm

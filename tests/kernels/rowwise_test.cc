@@ -12,7 +12,9 @@ namespace pagellm::kernels {
 namespace {
 
 using testing::kEps;
+using testing::make_weights;
 using testing::Rng;
+using testing::TestWeights;
 
 TEST(RmsNorm, MatchesFormulaAndFastIsBitIdentical) {
   Rng rng(11);
@@ -35,6 +37,53 @@ TEST(RmsNorm, MatchesFormulaAndFastIsBitIdentical) {
 // ggml computes theta iteratively in float: theta_0 = pos, theta_{i+1} = theta_i * theta_scale.
 // Recompute that sequence here, rotate in double, and compare to within a few roundings of the
 // rotation (cos/sin of float theta are correctly rounded to < 1 ulp by libm).
+// The fused RMSNorm + q8_0 quantization gives the bits of the two ops apart, and those blocks
+// fed to matmul as `xq` give the bits of matmul quantizing x itself (every ISA path, repacked
+// and GGUF-layout weights, several token counts).
+TEST(RmsNormQ8_0, EqualsNormThenQuantizeAndFeedsMatmulTheSameBits) {
+  Rng rng(15);
+  ThreadPool pool(2);
+  for (int64_t n : {32, 96, 2048}) {
+    for (int64_t tokens : {1, 3, 17}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(tokens));
+      const std::vector<float> x = rng.vec(tokens * n, -4.0f, 4.0f), w = rng.vec(n, 0.5f, 1.5f);
+      std::vector<float> xn(x.size()), xn_fused(x.size());
+      std::vector<BlockQ8_0> want(tokens * n / 32), got(tokens * n / 32);
+      for (int64_t t = 0; t < tokens; ++t) rms_norm(&x[t * n], w.data(), n, 1e-5f, &xn[t * n]);
+      for (int64_t t = 0; t < tokens; ++t) quantize_row_q8_0_activations(&xn[t * n], n, &want[t * n / 32]);
+      rms_norm_q8_0(x.data(), w.data(), tokens, n, 1e-5f, xn_fused.data(), got.data());
+      ASSERT_EQ(std::memcmp(xn.data(), xn_fused.data(), xn.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(BlockQ8_0)), 0);
+      for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::F16}) {
+        const TestWeights tw = make_weights(type, 48, n, rng);
+        std::vector<uint8_t> packed(static_cast<size_t>(48 * tw.view().row_bytes()));
+        for (bool repack : {false, true}) {
+          if (repack && !repack_pays(tw.view())) continue;
+          const WeightView v = repack ? repack_weight(tw.view(), packed.data(), &pool) : tw.view();
+          for (bool avx512 : {true, false}) {
+            set_avx512_enabled(avx512);
+            std::vector<float> y0(tokens * 48), y1(tokens * 48);
+            matmul(v, xn.data(), tokens, y0.data(), &pool);
+            matmul(v, xn.data(), tokens, y1.data(), &pool, got.data());
+            set_avx512_enabled(true);
+            ASSERT_EQ(std::memcmp(y0.data(), y1.data(), y0.size() * 4), 0)
+                << type_name(type) << (repack ? " repacked" : "") << (avx512 ? " avx512" : " avx2");
+            // And the blocks are what the quantized matmuls read (all-zero blocks: y = 0), while
+            // float weights ignore them.
+            const std::vector<BlockQ8_0> zero(got.size(), BlockQ8_0{});
+            set_avx512_enabled(avx512);
+            matmul(v, xn.data(), tokens, y1.data(), &pool, zero.data());
+            set_avx512_enabled(true);
+            for (size_t i = 0; i < y1.size(); ++i) {
+              ASSERT_EQ(y1[i], type == GgmlType::F16 ? y0[i] : 0.0f) << type_name(type) << " " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Rope, MatchesGgmlThetaRecurrenceAndFastIsBitIdentical) {
   Rng rng(12);
   struct Case { int64_t heads, head_dim, n_dims, pos; float base; };

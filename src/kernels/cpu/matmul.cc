@@ -184,7 +184,23 @@ void matmul_repacked_float(const WeightView& w, const float* x, int64_t num_toke
 
 }  // namespace
 
-void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool) {
+void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols, BlockQ8_0* out) {
+  PAGELLM_CHECK(cols % kQK8_0 == 0, "quantize_activations_q8_0: cols " + std::to_string(cols));
+  const int64_t nb = cols / kQK8_0;
+  const bool simd = use_avx2(), vnni = simd && use_avx512_vnni();
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    if (vnni) {
+      avx512::quantize_q8_0_activations(x + t * cols, cols, out + t * nb);
+    } else if (simd) {
+      avx2::quantize_q8_0_activations(x + t * cols, cols, out + t * nb);
+    } else {
+      quantize_row_q8_0_activations(x + t * cols, cols, out + t * nb);
+    }
+  }
+}
+
+void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool,
+            const BlockQ8_0* xq_given) {
   const GgmlType type = w.type;
   const bool repacked = w.layout == WeightLayout::kRepacked16;
   PAGELLM_CHECK(!repacked || cpu_has_avx2(), "matmul: repacked weights need a CPU with AVX2");
@@ -204,26 +220,22 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   thread_local std::vector<BlockQ8_0> xq;
   thread_local std::vector<avx512::PairQ8> xp;
   const bool vnni = simd && is_quantized(type) && use_avx512_vnni();
+  const BlockQ8_0* xqa = xq_given;
   if (is_quantized(type)) {
     x_stride = cols / kQK8_0;
-    xq.resize(static_cast<size_t>(num_tokens * x_stride));
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      if (simd && use_avx512_vnni()) {
-        avx512::quantize_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
-      } else if (simd) {
-        avx2::quantize_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
-      } else {
-        quantize_row_q8_0_activations(x + t * cols, cols, xq.data() + t * x_stride);
-      }
+    if (xqa == nullptr) {
+      xq.resize(static_cast<size_t>(num_tokens * x_stride));
+      quantize_activations_q8_0(x, num_tokens, cols, xq.data());
+      xqa = xq.data();
     }
-    xa = xq.data();
+    xa = xqa;
   }
   // Repacked weights run on the r16 tiles whatever use_avx2() says now (they were made for them).
-  if (repacked) return matmul_repacked(w, xq.data(), num_tokens, y, pool);
+  if (repacked) return matmul_repacked(w, xqa, num_tokens, y, pool);
   const int64_t nb = cols / kQK8_0, np = (nb + 1) / 2;
   if (vnni) {
     xp.resize(static_cast<size_t>(num_tokens * np));
-    for (int64_t t = 0; t < num_tokens; ++t) avx512::prepare_pairs(type, xq.data() + t * nb, nb, xp.data() + t * np);
+    for (int64_t t = 0; t < num_tokens; ++t) avx512::prepare_pairs(type, xqa + t * nb, nb, xp.data() + t * np);
   }
   // F32/F16/BF16 on AVX-512 CPUs: bit-identical 16-lane tiles with more rows in registers.
   const bool float512 = simd && !is_quantized(type) && use_avx512_vnni();

@@ -40,6 +40,15 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   rms_norm_ref(x, weight, n, eps, out);
 }
 
+void rms_norm_q8_0(const float* x, const float* weight, int64_t num_tokens, int64_t n, float eps, float* out,
+                   BlockQ8_0* out_q8) {
+  PAGELLM_CHECK(n % kQK8_0 == 0, "rms_norm_q8_0: n " + std::to_string(n));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    rms_norm(x + t * n, weight, n, eps, out + t * n);
+    quantize_activations_q8_0(out + t * n, 1, n, out_q8 + t * (n / kQK8_0));
+  }
+}
+
 void rope_ref(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, int64_t pos, float freq_base) {
   check_rope(head_dim, n_dims);
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_dims));

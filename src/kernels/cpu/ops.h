@@ -57,6 +57,11 @@ void quantize_row_q4_0(const float* x, int64_t n, void* out);
 // It differs from quantize_row_q8_0 (weights: id = 1 / d, round half away from zero) in the last
 // bit of a few quants.
 void quantize_row_q8_0_activations(const float* x, int64_t n, void* out);
+// x: [num_tokens, cols] f32 (cols % 32 == 0) -> out: [num_tokens, cols / 32] q8_0 blocks, each row
+// quantized by quantize_row_q8_0_activations (vectorised on AVX2 / AVX-512 CPUs, the same bits):
+// what matmul does to x for Q8_0 / Q4_0 weights. For an x that feeds several quantized matmuls
+// (q, k, v; gate, up): quantize once, pass the blocks to each matmul as `xq`.
+void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols, BlockQ8_0* out);
 
 // ---- matmul ------------------------------------------------------------------------------
 // y[t, r] = sum_c w[r, c] * x[t, c].
@@ -64,9 +69,13 @@ void quantize_row_q8_0_activations(const float* x, int64_t n, void* out);
 // pool may be nullptr (single-threaded).
 // Numerics: F32/F16/BF16 weights multiply the f32 activations as given (ggml instead rounds x to
 // f16/bf16 for those weights); Q8_0/Q4_0 weights multiply x quantized to q8_0 by
-// quantize_row_q8_0 (as ggml's vec_dot_type), integer sums per block. matmul_ref computes the
-// same products; it differs from matmul only by float re-association.
-void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool);
+// quantize_row_q8_0_activations (as ggml's vec_dot_type), integer sums per block. matmul_ref
+// computes the same products; it differs from matmul only by float re-association.
+// xq: optional, [num_tokens, w.cols / 32] blocks equal to quantize_activations_q8_0(x) (from
+// rms_norm_q8_0, or shared by several matmuls); used only by Q8_0 / Q4_0 weights, which then skip
+// quantizing x. The result is the same bits either way.
+void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool,
+            const BlockQ8_0* xq = nullptr);
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y);
 // F16 / BF16 weights multiply activations rounded to the weight's type (ggml's vec_dot_type for
 // those types), accumulating in f32: out[i] = float(half(x[i])) or float(bf16(x[i])), i in [0, n).
@@ -77,6 +86,12 @@ void round_activations(GgmlType type, const float* x, int64_t n, float* out);
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i], i in [0, n). out may alias x.
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
 void rms_norm_ref(const float* x, const float* weight, int64_t n, float eps, float* out);
+// RMSNorm fused with the activation quantization of the matmuls that follow it: for each of
+// num_tokens rows of x ([num_tokens, n] f32), out_row = rms_norm(x_row) and, while that row is in
+// L1, out_q8_row = its q8_0 blocks (quantize_activations_q8_0). out: [num_tokens, n] f32 (not
+// aliasing x); out_q8: [num_tokens, n / 32]; n % 32 == 0. The same bits as the two ops apart.
+void rms_norm_q8_0(const float* x, const float* weight, int64_t num_tokens, int64_t n, float eps, float* out,
+                   BlockQ8_0* out_q8);
 
 // RoPE as ggml applies it to llama tensors (GGML_ROPE_TYPE_NORM, adjacent pairs), in place.
 //   x: [num_heads, head_dim] for one token at position `pos`.
