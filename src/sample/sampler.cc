@@ -115,7 +115,7 @@ int32_t Sampler::sample_random() {
   }
   if (!std::isfinite(max_logit)) {
     throw SamplingError("no token can be sampled: the largest logit after temperature is " + std::to_string(max_logit) +
-                        " (the model's output is not finite)");
+                        " (logits all NaN or -inf, or one +inf: the model's output is not finite)");
   }
   max_logit_ = max_logit;
   num_sorted_ = 0;
@@ -176,14 +176,16 @@ SampleResult Sampler::sample_with_logprobs(std::span<const float> logits, std::s
   SampleResult result{};
   result.token_id = sample(logits, prompt_token_ids, output_token_ids);
 
-  // Raw logprobs: log_softmax of the caller's logits (untouched by sample()).
+  // Raw logprobs: log_softmax of the caller's logits (untouched by sample()). A NaN logit (a
+  // corrupt row of the model) counts as -inf: probability 0, logprob -inf, last in the order.
+  const auto key = [](float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l; };
   const float max_logit = logits[greedy_argmax(logits)];
   if (!std::isfinite(max_logit)) {
     throw SamplingError("logprobs cannot be computed: the largest logit is " + std::to_string(max_logit) +
                         " (the model's output is not finite)");
   }
   double sum = 0.0;
-  for (const float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  for (const float l : logits) sum += std::exp(static_cast<double>(key(l)) - max_logit);
   const float log_normalizer = max_logit + static_cast<float>(std::log(sum));
   const float chosen_logit = logits[result.token_id];
   result.logprob = chosen_logit - log_normalizer;
@@ -196,11 +198,11 @@ SampleResult Sampler::sample_with_logprobs(std::span<const float> logits, std::s
     ids_.resize(vocab_size_);
     for (int32_t i = 0; i < vocab_size_; ++i) ids_[i] = i;
     auto raw_better = [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      return key(logits[a]) > key(logits[b]) || (key(logits[a]) == key(logits[b]) && a < b);
     };
     std::partial_sort(ids_.begin(), ids_.begin() + static_cast<ptrdiff_t>(n), ids_.end(), raw_better);
     result.top_logprobs.reserve(n);
-    for (size_t j = 0; j < n; ++j) result.top_logprobs.push_back({ids_[j], logits[ids_[j]] - log_normalizer});
+    for (size_t j = 0; j < n; ++j) result.top_logprobs.push_back({ids_[j], key(logits[ids_[j]]) - log_normalizer});
   }
   return result;
 }

@@ -336,6 +336,28 @@ TEST(SamplerTest, NonFiniteLogitsThrowSamplingErrorAndTheSamplerStaysUsable) {
     Sampler fresh(seeded(11, temperature));
     EXPECT_EQ(draw(s, fine, 20), draw(fresh, fine, 20));
   }
+  // Some NaN logits among finite ones: logprobs over the finite ones (NaN counts as -inf), the
+  // NaN tokens last in top_logprobs.
+  {
+    std::vector<float> part = fine;
+    for (size_t i = 0; i < part.size(); i += 7) part[i] = nan;
+    std::vector<float> neg = fine;
+    for (size_t i = 0; i < neg.size(); i += 7) neg[i] = kNegInf;
+    SamplingParams p = seeded(2, 0.0f);
+    p.logprobs = 50;
+    Sampler a(p), b(p);
+    const SampleResult ra = a.sample_with_logprobs(part, kNoTokens, kNoTokens);
+    const SampleResult rb = b.sample_with_logprobs(neg, kNoTokens, kNoTokens);
+    EXPECT_EQ(ra.token_id, rb.token_id);
+    EXPECT_TRUE(std::isfinite(ra.logprob));
+    EXPECT_EQ(ra.logprob, rb.logprob);
+    ASSERT_EQ(ra.top_logprobs.size(), rb.top_logprobs.size());
+    for (size_t j = 0; j < ra.top_logprobs.size(); ++j) {
+      EXPECT_EQ(ra.top_logprobs[j].token_id, rb.top_logprobs[j].token_id) << j;
+      EXPECT_EQ(ra.top_logprobs[j].logprob, rb.top_logprobs[j].logprob) << j;
+    }
+    EXPECT_EQ(ra.top_logprobs.back().logprob, kNegInf);
+  }
   // Some NaNs among finite logits are skipped, as before.
   std::vector<float> some_nan = fine;
   some_nan[0] = some_nan[9] = nan;
