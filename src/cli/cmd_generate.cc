@@ -55,7 +55,14 @@ int run_generate(const GenerateArgs& a) {
     std::fwrite(delta.data(), 1, delta.size(), stdout);
     std::fflush(stdout);
   };
-  const GenerateResult r = llm.generate(prompt_ids, opt, on_text);
+  GenerateResult r;
+  try {
+    r = llm.generate(prompt_ids, opt, on_text);
+  } catch (const Error&) {
+    if (!a.json) std::fputs("\n", stdout);  // the error goes on its own line, after the text so far
+    std::fflush(stdout);
+    throw;
+  }
   const GenerateTimings& t = r.timings;
   if (a.json) {
     nlohmann::json j;

@@ -1,5 +1,7 @@
 #include "server/generation.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 #include "server/sse.h"
 #include "tokenizer/tokenizer.h"
@@ -168,6 +170,8 @@ void GenerationCall::finish() {
 // errors); the other choices are aborted.
 void GenerationCall::fail(const std::string& message) {
   abort_unfinished();
+  std::fprintf(stderr, "pagellm serve: request %s failed (HTTP 500): %s\n", plan_.requests.front().request_id.c_str(),
+               message.c_str());
   const ApiError err(500, message, "server_error", std::nullopt, "generation_failed");
   if (plan_.stream) {
     ex_->write(sse_event(nlohmann::json::parse(error_body(err))));

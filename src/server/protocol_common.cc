@@ -66,8 +66,15 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Fields& f, int32_t
 
 SamplingParams parse_sampling(const Fields& f, int32_t vocab_size) {
   SamplingParams s;
-  if (auto t = f.number("temperature", 0.0, kInf)) s.temperature = static_cast<float>(*t);
-  if (const nlohmann::json* v = f.get("top_p"); v && v->is_number() && !(v->get<double>() > 0.0)) {
+  if (auto t = f.number("temperature", 0.0, kInf)) {
+    if (*t > std::numeric_limits<float>::max()) {  // it would become inf as a float
+      throw bad_request("'temperature' must be at most 3.4e38 (the largest float), got " + f.get("temperature")->dump(),
+                        "temperature");
+    }
+    s.temperature = static_cast<float>(*t);
+  }
+  if (const nlohmann::json* v = f.get("top_p");
+      v && v->is_number() && !(v->get<double>() > 0.0 && v->get<double>() <= 1.0)) {
     throw bad_request("'top_p' must be in (0, 1], got " + v->dump(), "top_p");
   }
   if (auto p = f.number("top_p", 0.0, 1.0)) {

@@ -174,7 +174,11 @@ int run_serve(const ServeOptions& o) {
   int sig = 0;
   sigwait(&signals, &sig);
   log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ": draining (up to " +
-      std::to_string(o.drain_timeout_seconds) + " s)");
+      [&] {
+        char b[32];
+        std::snprintf(b, sizeof b, "%g", o.drain_timeout_seconds);
+        return std::string(b);
+      }() + " s)");
   routes.set_draining();
   server.stop_accepting();
   engine.drain(o.drain_timeout_seconds);
