@@ -167,10 +167,14 @@ int run_latency(const LatencyArgs& a) {
                 static_cast<long long>(t.decode_tokens), t.decode_tokens_per_s(), achieved);
     std::printf("memory bandwidth probe: %.2f GB/s -> decode reaches %.1f%% of it\n", bw,
                 bw > 0 ? 100 * achieved / bw : 0);
+    // Batches decode after a kBatchPrompt-token prompt, the single stream after --prompt-tokens:
+    // the ratio is against batch 1 when it was measured (the same context), else the single stream.
+    const bool have_b1 = batch_tps.contains("1");
+    const double base = have_b1 ? batch_tps["1"].get<double>() : t.decode_tokens_per_s();
     for (int64_t b : a.batch) {
       const double tps = batch_tps[std::to_string(b)].get<double>();
-      std::printf("batched decode, %3lld sequences: %.2f output tokens/s (%.2fx single stream)\n",
-                  static_cast<long long>(b), tps, t.decode_tokens_per_s() > 0 ? tps / t.decode_tokens_per_s() : 0);
+      std::printf("batched decode, %3lld sequences: %.2f output tokens/s (%.2fx %s)\n", static_cast<long long>(b), tps,
+                  base > 0 ? tps / base : 0, have_b1 ? "batch 1" : "single stream");
     }
     std::printf("peak RSS (before the probe): %.1f MiB\n", rss_mib);
   }
