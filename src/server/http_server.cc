@@ -11,8 +11,10 @@
 #include <chrono>
 #include <deque>
 #include <future>
+#include <list>
 #include <optional>
 #include <sstream>
+#include <sys/resource.h>
 #include <thread>
 
 #include "core/error.h"
@@ -31,8 +33,20 @@ constexpr size_t kMaxPipelinedBytes = 1 << 20;   // stop watching a connection b
 constexpr auto kLingerTime = std::chrono::seconds(2);
 }  // namespace
 
+// What the connection cap needs of a session: to be closed when it is the idlest.
+class IdleConnection {
+ public:
+  virtual ~IdleConnection() = default;
+  virtual void close_if_idle() = 0;  // thread-safe: posts to the session's strand
+};
+
 struct HttpServer::Impl {
   Options options;
+  int64_t max_connections = 0;  // resolved at construction
+  std::atomic<int64_t> num_connections{0};
+  // Sessions waiting for a request, longest waiting first. Guarded by idle_mu.
+  std::mutex idle_mu;
+  std::list<std::weak_ptr<IdleConnection>> idle;
   RequestHandler handler;
   net::io_context ioc;
   tcp::acceptor acceptor{net::make_strand(ioc)};
@@ -42,6 +56,9 @@ struct HttpServer::Impl {
   std::atomic<int64_t> num_busy{0};  // exchanges read but not completely answered
 
   void do_accept();
+  // A new connection is to be opened: make room under max_connections. False when every open
+  // connection is busy (the new one is then refused).
+  bool make_room();
   void status_sent(int status) const {
     if (options.on_status) options.on_status(status);
   }
@@ -49,9 +66,23 @@ struct HttpServer::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+class Session : public IdleConnection, public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket&& socket, HttpServer::Impl* server) : stream_(std::move(socket)), server_(server) {}
+  Session(tcp::socket&& socket, HttpServer::Impl* server) : stream_(std::move(socket)), server_(server) {
+    ++server_->num_connections;
+  }
+  ~Session() override {
+    set_idle(false);
+    --server_->num_connections;
+  }
+  void close_if_idle() override {
+    post([self = shared_from_this()] {
+      if (self->in_exchange_ || self->closed_) return;
+      self->closed_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().close(ignored);
+    });
+  }
 
   void run() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
@@ -65,9 +96,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_disconnect(uint64_t serial, std::function<void()> cb) {
     if (active(serial)) on_disconnect_ = std::move(cb);
   }
+  bool active(uint64_t serial) const { return in_exchange_ && serial == serial_ && !response_done_; }
+  void set_response_headers(uint64_t serial, HeaderList headers) {
+    if (active(serial)) extra_headers_ = std::move(headers);
+  }
 
  private:
-  bool active(uint64_t serial) const { return in_exchange_ && serial == serial_ && !response_done_; }
+  // Enters / leaves the server's list of connections waiting for a request (any thread's view of
+  // this session goes through idle_mu).
+  void set_idle(bool idle);
   void read_header();
   void on_header(beast::error_code ec);
   void read_body();
@@ -97,6 +134,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool lingering_ = false;  // half-closed, discarding input until the client closes
   bool watching_ = false;
+  bool head_ = false;  // the current request is HEAD: headers only
+  HeaderList extra_headers_;  // for the current exchange's response
+  std::optional<std::list<std::weak_ptr<IdleConnection>>::iterator> idle_it_;
   std::function<void()> on_disconnect_;
   std::deque<std::string> outbox_;
   bool writing_ = false;
@@ -113,14 +153,27 @@ class ExchangeImpl : public Exchange {
   void finish_stream() override { s_->finish_stream(serial_); }
   void on_disconnect(std::function<void()> cb) override { s_->on_disconnect(serial_, std::move(cb)); }
   void post(std::function<void()> fn) override { s_->post(std::move(fn)); }
+  bool is_open() const override { return s_->active(serial_); }
+  void set_response_headers(HeaderList h) override { s_->set_response_headers(serial_, std::move(h)); }
 
  private:
   std::shared_ptr<Session> s_;
   uint64_t serial_;
 };
 
+void Session::set_idle(bool idle) {
+  std::lock_guard<std::mutex> lock(server_->idle_mu);
+  if (idle && !idle_it_) {
+    idle_it_ = server_->idle.insert(server_->idle.end(), weak_from_this());
+  } else if (!idle && idle_it_) {
+    server_->idle.erase(*idle_it_);
+    idle_it_.reset();
+  }
+}
+
 void Session::read_header() {
   if (closed_) return;
+  set_idle(true);
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(static_cast<uint64_t>(server_->options.max_body_bytes));
@@ -130,6 +183,7 @@ void Session::read_header() {
 }
 
 void Session::on_header(beast::error_code ec) {
+  set_idle(false);
   if (ec == http::error::body_limit) {
     return fail_request(413, "request body larger than " + std::to_string(server_->options.max_body_bytes) + " bytes");
   }
@@ -176,6 +230,7 @@ void Session::begin_exchange(bool keep_alive) {
   streaming_ = false;
   response_done_ = false;
   on_disconnect_ = nullptr;
+  extra_headers_.clear();
   ++server_->num_busy;
   stream_.expires_never();
 }
@@ -184,11 +239,15 @@ void Session::dispatch() {
   http::request<http::string_body> req = parser_->release();
   version_ = req.version();
   begin_exchange(req.keep_alive());
+  head_ = req.method() == http::verb::head;
   HttpRequest r;
   r.method = std::string(req.method_string());
   r.target = std::string(req.target());
   r.path = r.target.substr(0, r.target.find('?'));
   r.authorization = std::string(req[http::field::authorization]);
+  r.content_type = std::string(req[http::field::content_type]);
+  r.host = std::string(req[http::field::host]);
+  r.origin = std::string(req[http::field::origin]);
   r.body = std::move(req.body());
   start_watch();
   server_->handler(std::move(r), std::make_shared<ExchangeImpl>(shared_from_this(), serial_));
@@ -198,6 +257,7 @@ void Session::dispatch() {
 void Session::fail_request(int status, const std::string& message) {
   version_ = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
   begin_exchange(/*keep_alive=*/false);
+  head_ = false;
   HttpResponse r;
   r.status = status;
   r.body = error_body(ApiError(status, message, "invalid_request_error"));
@@ -209,15 +269,18 @@ void Session::respond(uint64_t serial, HttpResponse r) {
   http::response<http::string_body> res{static_cast<http::status>(r.status), version_};
   res.set(http::field::server, "pagellm");
   res.set(http::field::content_type, r.content_type);
+  for (const auto& [name, value] : extra_headers_) res.set(name, value);
   for (const auto& [name, value] : r.headers) res.set(name, value);
   res.keep_alive(keep_alive_);
   res.body() = std::move(r.body);
   res.prepare_payload();
   std::ostringstream os;
   os << res;
+  std::string bytes = std::move(os).str();
+  if (head_) bytes.resize(bytes.find("\r\n\r\n") + 4);  // the GET headers, Content-Length included
   response_done_ = true;
   server_->status_sent(r.status);
-  enqueue(std::move(os).str());
+  enqueue(std::move(bytes));
 }
 
 void Session::start_stream(uint64_t serial) {
@@ -227,6 +290,7 @@ void Session::start_stream(uint64_t serial) {
   std::string h = version_ < 11 ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.1 200 OK\r\n";
   h += "Server: pagellm\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
   h += "X-Accel-Buffering: no\r\n";
+  for (const auto& [name, value] : extra_headers_) h += name + ": " + value + "\r\n";
   h += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   if (version_ >= 11) h += "Transfer-Encoding: chunked\r\n";
   h += "\r\n";
@@ -362,14 +426,56 @@ void HttpServer::Impl::do_accept() {
     }
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    std::make_shared<Session>(std::move(socket), this)->run();
+    if (make_room()) {
+      std::make_shared<Session>(std::move(socket), this)->run();
+    } else {
+      // Every connection is busy: a short 503 written at once (it fits the socket buffer), then close.
+      ApiError e(503, "too many open connections (" + std::to_string(max_connections) + "); retry later",
+                 "service_unavailable");
+      const std::string body = error_body(e);
+      const std::string bytes = "HTTP/1.1 503 Service Unavailable\r\nServer: pagellm\r\nContent-Type: "
+                                "application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+      socket.non_blocking(true, ignored);
+      socket.write_some(net::buffer(bytes), ignored);
+      socket.shutdown(tcp::socket::shutdown_send, ignored);
+      socket.close(ignored);
+      status_sent(503);
+    }
     do_accept();
   });
+}
+
+bool HttpServer::Impl::make_room() {
+  if (num_connections.load() < max_connections) return true;
+  std::shared_ptr<IdleConnection> victim;
+  {
+    std::lock_guard<std::mutex> lock(idle_mu);
+    // Entries belong to their sessions (which erase them); one whose session is being destroyed
+    // is skipped. The chosen one moves to the back, so it is not chosen again before it closes.
+    for (auto it = idle.begin(); it != idle.end(); ++it) {
+      victim = it->lock();
+      if (!victim) continue;
+      idle.splice(idle.end(), idle, it);
+      break;
+    }
+  }
+  if (!victim) return false;
+  victim->close_if_idle();
+  return true;
 }
 
 HttpServer::HttpServer(Options options, RequestHandler handler) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->handler = std::move(handler);
+  impl_->max_connections = impl_->options.max_connections;
+  if (impl_->max_connections <= 0) {
+    rlimit rl{};
+    const int64_t limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                              ? static_cast<int64_t>(rl.rlim_cur)
+                              : int64_t{1} << 20;
+    impl_->max_connections = std::max<int64_t>(1, limit > 2 * kReservedFds ? limit - kReservedFds : limit / 2);
+  }
   const std::string where = impl_->options.host + ":" + std::to_string(impl_->options.port);
   beast::error_code ec;
   tcp::resolver resolver(impl_->ioc);
@@ -386,6 +492,8 @@ HttpServer::HttpServer(Options options, RequestHandler handler) : impl_(std::mak
 }
 
 HttpServer::~HttpServer() { stop(); }
+
+int64_t HttpServer::max_connections() const { return impl_->max_connections; }
 
 uint16_t HttpServer::port() const {
   beast::error_code ec;

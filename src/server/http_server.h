@@ -1,7 +1,9 @@
 // A small asynchronous HTTP/1.1 server (Boost.Beast over Asio; RFC 9112): keep-alive, a request
-// body limit, Expect: 100-continue, chunked streaming responses, and notice of a client that goes
-// away mid-request. A fixed number of I/O threads serves every connection: one strand per
-// connection, no thread per connection. Beast stays inside http_server.cc.
+// body limit, Expect: 100-continue, HEAD (the GET response's headers, no body), chunked streaming
+// responses, notice of a client that goes away mid-request, and a cap on open connections below
+// the process's descriptor limit (the idlest keep-alive connection is closed to make room). A
+// fixed number of I/O threads serves every connection: one strand per connection, no thread per
+// connection. Beast stays inside http_server.cc.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +18,14 @@ namespace pagellm::server {
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
-  std::string method;         // "GET", "POST", ...
+  std::string method;         // "GET", "POST", "HEAD", ...
   std::string target;         // as sent, e.g. "/v1/models?x=1"
   std::string path;           // target without the query
   std::string authorization;  // the Authorization header, or ""
+  std::string content_type;   // the Content-Type header, or ""
+  std::string host;           // the Host header, or ""
+  std::string origin;         // the Origin header (sent by browsers), or ""
+  bool has_body = false;      // the request framed a body (Content-Length or chunked), even empty
   std::string body;
 };
 
@@ -46,6 +52,10 @@ class Exchange {
   virtual void on_disconnect(std::function<void()> callback) = 0;
   // Thread-safe: runs fn on the exchange's strand.
   virtual void post(std::function<void()> fn) = 0;
+  // Whether a response can still be sent (the client is there and nothing final was sent yet).
+  virtual bool is_open() const = 0;
+  // Headers added to the response that follows (respond() or start_stream()), e.g. CORS ones.
+  virtual void set_response_headers(HeaderList headers) = 0;
 };
 
 // Called on the connection's strand for every complete request.
@@ -56,9 +66,13 @@ class HttpServer {
   struct Options {
     std::string host = "127.0.0.1";
     uint16_t port = 8000;               // 0: an ephemeral port (see port())
-    int64_t max_body_bytes = 8 << 20;   // larger bodies get 413 and the connection is closed
+    int64_t max_body_bytes = 1 << 20;   // larger bodies get 413 and the connection is closed
     int io_threads = 2;
     double idle_timeout_seconds = 60;   // keep-alive / request read timeout
+    // Most connections open at once; 0: the descriptor limit (RLIMIT_NOFILE, soft) less
+    // kReservedFds for everything else the process opens. Beyond it the idlest connection that
+    // waits for a request is closed; if none is idle the new one gets 503 and is closed.
+    int64_t max_connections = 0;
     // Every response status sent, including the server's own 400 / 413 (for metrics).
     std::function<void(int status)> on_status;
   };
@@ -67,7 +81,11 @@ class HttpServer {
   HttpServer(Options options, RequestHandler handler);
   ~HttpServer();  // stop()s
 
+  // Descriptors left to the rest of the process when max_connections is derived from the limit.
+  static constexpr int64_t kReservedFds = 64;
+
   uint16_t port() const;  // the bound port
+  int64_t max_connections() const;  // the cap in force
   void start();           // starts accepting on io_threads threads
   void stop_accepting();  // closes the listening socket; open connections keep being served
   // Waits until no exchange is in progress (read but not completely answered), or the timeout.
