@@ -28,8 +28,18 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (default: $PAGELLM_API_KEY if set)");
   app.add_option("--served-model-name", o->served_model_name,
                  "Model name in the API (default: the file name without .gguf)");
-  app.add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger ones get 413")
-      ->capture_default_str();
+  app.add_option("--max-body-bytes", o->max_body_bytes,
+                 "Largest request body; larger ones get 413 (default: 1 MiB + 64 bytes per token of context)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--api-threads", o->api_threads, "Threads that parse request bodies and tokenise prompts")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--api-queue", o->api_queue,
+                 "Request bodies waiting for those threads (default: --max-waiting; at most 16 x --max-body-bytes "
+                 "held); beyond it requests get 429")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--allowed-origins", o->allowed_origins,
+                 "Origins (scheme://host[:port], or *) whose web pages may call the API (CORS); default: none")
+      ->delimiter(',');
   app.add_option("--drain-timeout", o->drain_timeout_seconds,
                  "Seconds to let running requests finish after SIGINT/SIGTERM")
       ->capture_default_str();
@@ -41,7 +51,6 @@ Handler add_serve(CLI::App& app) {
     if (*kv_dtype == "f32") o->kv_dtype = GgmlType::F32;
     else if (*kv_dtype == "f16") o->kv_dtype = GgmlType::F16;
     else throw Error("--kv-dtype must be f32 or f16, got '" + *kv_dtype + "'");
-    if (o->max_body_bytes < 1) throw Error("--max-body-bytes must be positive");
     if (o->drain_timeout_seconds < 0) throw Error("--drain-timeout must be >= 0");
     return server::run_serve(*o);
   };

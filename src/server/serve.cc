@@ -19,6 +19,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/routes.h"
+#include "server/work_queue.h"
 
 namespace pagellm::server {
 
@@ -141,6 +142,8 @@ KvCacheMemory parse_kv_cache_memory(const std::string& text) {
   return fail();
 }
 
+int64_t default_max_body_bytes(int64_t max_model_len) { return (int64_t{1} << 20) + 64 * max_model_len; }
+
 std::string default_served_model_name(const std::string& model_path) {
   std::filesystem::path p(model_path);
   if (p.extension() == ".gguf") return p.stem().string();
@@ -157,17 +160,28 @@ int run_serve(const ServeOptions& o) {
   sched.max_waiting = o.max_waiting;
   AsyncEngine engine(load_model(o), sched);
   ServerMetrics metrics(name);
-  Routes routes(engine, metrics, name, o.api_key);
   HttpServer::Options http;
   http.host = o.host;
   http.port = o.port;
-  http.max_body_bytes = o.max_body_bytes;
+  http.max_body_bytes = o.max_body_bytes > 0 ? o.max_body_bytes : default_max_body_bytes(engine.max_model_len());
+  // Bodies waiting to be parsed: as many as may wait in the engine, holding at most 16 full-size
+  // bodies (a burst of small requests is admitted; a pile of big ones gets 429).
+  WorkQueue work(o.api_threads, static_cast<size_t>(o.api_queue > 0 ? o.api_queue : o.max_waiting),
+                 16 * http.max_body_bytes);
+  RoutesOptions ro;
+  ro.served_model_name = name;
+  ro.api_key = o.api_key;
+  ro.listen_host = o.host;
+  ro.allowed_origins = o.allowed_origins;
+  Routes routes(engine, metrics, work, ro);
   http.io_threads = o.io_threads;
   http.on_status = [&metrics](int status) { metrics.on_http_status(status); };
   HttpServer server(http, [&routes](HttpRequest req, std::shared_ptr<Exchange> ex) {
     routes.handle(std::move(req), std::move(ex));
   });
   server.start();
+  log("request bodies up to " + std::to_string(http.max_body_bytes) + " bytes; up to " +
+      std::to_string(server.max_connections()) + " open connections");
   log("serving model '" + name + "' on http://" + o.host + ":" + std::to_string(server.port()) +
       (o.api_key.empty() ? "" : " (API key required)"));
 
@@ -182,6 +196,7 @@ int run_serve(const ServeOptions& o) {
   routes.set_draining();
   server.stop_accepting();
   engine.drain(o.drain_timeout_seconds);
+  work.shutdown();  // bodies still queued are answered (503: the engine no longer admits)
   if (!server.wait_idle(5.0)) log("some responses were still being written at exit");
   server.stop();
   log("stopped");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -16,6 +17,9 @@ struct ServeOptions {
   uint16_t port = 8000;                  // 0: ephemeral (the log line names it)
   int threads = 0;                       // model worker threads; 0: physical cores
   int io_threads = 2;                    // HTTP I/O threads
+  int api_threads = 2;                   // threads that parse bodies and tokenise (WorkQueue)
+  int32_t api_queue = 0;                 // bodies waiting for those threads (0: max_waiting);
+                                         // they may hold 16 x max_body_bytes; beyond: 429
   int32_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 512;
   std::string kv_cache_memory;           // "" (16 full contexts, at most 1 GiB) or parse_kv_cache_memory's forms
@@ -23,7 +27,8 @@ struct ServeOptions {
   int32_t max_waiting = 1024;
   std::string api_key;                   // "" : no authentication
   std::string served_model_name;         // "" : the model file name without ".gguf"
-  int64_t max_body_bytes = 8 << 20;
+  int64_t max_body_bytes = 0;            // 0: default_max_body_bytes(max_model_len)
+  std::vector<std::string> allowed_origins;  // CORS: origins whose pages may call the API ("*": any)
   double drain_timeout_seconds = 30;
   bool enable_prefix_caching = true;     // --no-prefix-caching turns it off
 };
@@ -38,6 +43,13 @@ struct KvCacheMemory {
 // TB (powers of 1000); KiB, MiB, GiB, TiB and K, M, G, T (powers of 1024). Case-insensitive.
 // Throws pagellm::Error naming the flag and the value for anything else or a value < 1.
 KvCacheMemory parse_kv_cache_memory(const std::string& text);
+
+// The default request body limit, bytes, for a model whose requests hold at most max_model_len
+// tokens: 1 MiB + 64 bytes per token of context. 64 bytes covers one token of prompt as JSON text
+// at its worst (a long piece with every byte escaped as \u00XX) or as an id ("151935, "); the MiB
+// leaves room for the other fields (stop strings, logit_bias, messages' framing, a few prompts).
+// stories260K (512 tokens): 1.03 MiB; an 8k-context model: 1.5 MiB; 128k: 9 MiB.
+int64_t default_max_body_bytes(int64_t max_model_len);
 
 // "models/stories260K-f32.gguf" -> "stories260K-f32".
 std::string default_served_model_name(const std::string& model_path);

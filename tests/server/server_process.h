@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -148,13 +149,18 @@ inline HttpResult http(int port, const std::string& method, const std::string& p
 // `pagellm serve ... --port 0`; the port comes from the "serving model ... on http://H:P" line.
 class ServerProcess {
  public:
-  // model_path: the GGUF to serve (default: the bundled stories260K).
-  explicit ServerProcess(std::vector<std::string> args, std::string model_path = "") {
+  // model_path: the GGUF to serve (default: the bundled stories260K). rlimit_nofile > 0: the
+  // child's RLIMIT_NOFILE, soft and hard (a hard descriptor limit the server cannot lift).
+  explicit ServerProcess(std::vector<std::string> args, std::string model_path = "", int64_t rlimit_nofile = 0) {
     if (model_path.empty()) model_path = std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf";
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
     if (pid_ == 0) {
+      if (rlimit_nofile > 0) {
+        const rlimit rl{static_cast<rlim_t>(rlimit_nofile), static_cast<rlim_t>(rlimit_nofile)};
+        setrlimit(RLIMIT_NOFILE, &rl);
+      }
       dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);

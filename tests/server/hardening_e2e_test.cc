@@ -1,0 +1,293 @@
+// End to end, against `pagellm serve` on the bundled model: what a hostile or careless client may
+// send (big bodies, browser requests from other origins, wrong media types, idle connections past
+// the descriptor limit), and the small routes clients expect (HEAD, /v1/models/{id}, /version).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server_process.h"
+
+namespace pagellm::test {
+namespace {
+
+using nlohmann::json;
+
+// Sends `text` verbatim on a new connection and reads the response to EOF.
+HttpResult raw_http(int port, const std::string& text, double timeout_s = 60) {
+  HttpResult r;
+  const int fd = connect_to(port, timeout_s);
+  if (fd < 0) return r;
+  if (send_all(fd, text)) parse_response(recv_all(fd), &r, /*to_eof=*/true);
+  close(fd);
+  return r;
+}
+
+std::string post_text(const std::string& path, const std::string& body, const std::vector<std::string>& headers) {
+  std::string req = "POST " + path + " HTTP/1.1\r\n";
+  for (const std::string& h : headers) req += h + "\r\n";
+  return req + "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+void expect_error_body(const HttpResult& r, const std::string& code) {
+  const json j = json::parse(r.body);
+  ASSERT_TRUE(j.contains("error")) << r.body;
+  EXPECT_TRUE(j["error"]["message"].is_string()) << r.body;
+  if (!code.empty()) {
+    EXPECT_EQ(j["error"]["code"], code) << r.body;
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST(ServeHardening, PostBodiesMustBeJson) {
+  ServerProcess server({});
+  const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
+  const struct {
+    std::vector<std::string> headers;
+    int status;
+  } cases[] = {
+      {{"Host: 127.0.0.1"}, 415},  // no Content-Type
+      {{"Host: 127.0.0.1", "Content-Type: text/plain"}, 415},
+      {{"Host: 127.0.0.1", "Content-Type: application/x-www-form-urlencoded"}, 415},
+      {{"Host: 127.0.0.1", "Content-Type: multipart/form-data; boundary=x"}, 415},
+      {{"Host: 127.0.0.1", "Content-Type: application/jsonx"}, 415},
+      {{"Host: 127.0.0.1", "Content-Type: application/json"}, 200},
+      {{"Host: 127.0.0.1", "Content-Type: Application/JSON; charset=utf-8"}, 200},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.headers.back());
+    const HttpResult r = raw_http(server.port(), post_text("/v1/completions", body, c.headers));
+    EXPECT_EQ(r.status, c.status) << r.body;
+    if (c.status == 415) expect_error_body(r, "unsupported_media_type");
+  }
+  const HttpResult t = raw_http(server.port(), post_text("/tokenize", R"({"prompt": "a"})", {"Host: localhost"}));
+  EXPECT_EQ(t.status, 415) << t.body;
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// A page on another site must not reach a server on 127.0.0.1: not by a DNS name rebound to
+// 127.0.0.1 (Host), not from the browser's own origin (Origin).
+TEST(ServeHardening, ForeignHostAndOriginAre403UnlessAllowed) {
+  ServerProcess server({});
+  const int port = server.port();
+  const std::string p = std::to_string(port);
+  const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
+  const std::string json_ct = "Content-Type: application/json";
+  for (const std::string& host : std::vector<std::string>{"127.0.0.1", "127.0.0.1:" + p, "localhost:" + p, "LOCALHOST", "[::1]:" + p,
+                                 "app.localhost:" + p, "10.1.2.3:" + p}) {
+    SCOPED_TRACE(host);
+    EXPECT_EQ(raw_http(port, post_text("/v1/completions", body, {"Host: " + host, json_ct})).status, 200);
+  }
+  for (const std::string& host : std::vector<std::string>{"evil.example", "evil.example:" + p, "127.0.0.1.evil.example", ""}) {
+    SCOPED_TRACE(host);
+    const HttpResult r = raw_http(port, post_text("/v1/completions", body, {"Host: " + host, json_ct}));
+    EXPECT_EQ(r.status, 403) << r.body;
+    expect_error_body(r, "host_not_allowed");
+  }
+  // The browser says where the page came from.
+  const HttpResult foreign =
+      raw_http(port, post_text("/v1/completions", body, {"Host: 127.0.0.1:" + p, json_ct, "Origin: https://evil.example"}));
+  EXPECT_EQ(foreign.status, 403) << foreign.body;
+  expect_error_body(foreign, "origin_not_allowed");
+  EXPECT_EQ(raw_http(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://evil.example\r\n"
+                           "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n")
+                .status,
+            403);
+  // Same origin (a page served from this host:port) is fine.
+  EXPECT_EQ(raw_http(port, post_text("/v1/completions", body,
+                                     {"Host: 127.0.0.1:" + p, json_ct, "Origin: http://127.0.0.1:" + p}))
+                .status,
+            200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeHardening, AllowedOriginsGetCors) {
+  ServerProcess server({"--allowed-origins", "https://ui.example,http://127.0.0.1:3000"});
+  const int port = server.port();
+  const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
+  HttpResult pre = raw_http(port,
+                                  "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://ui.example\r\n"
+                                  "Access-Control-Request-Method: POST\r\n"
+                                  "Access-Control-Request-Headers: content-type, authorization\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(pre.status, 204);
+  EXPECT_EQ(pre.headers["access-control-allow-origin"], "https://ui.example");
+  EXPECT_NE(pre.headers["access-control-allow-methods"].find("POST"), std::string::npos);
+  EXPECT_NE(pre.headers["access-control-allow-headers"].find("authorization"), std::string::npos);
+  // The page's own request, and a Host that names the allowed origin's host.
+  HttpResult r = raw_http(port, post_text("/v1/completions", body,
+                                                {"Host: ui.example", "Content-Type: application/json",
+                                                 "Origin: https://ui.example"}));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["access-control-allow-origin"], "https://ui.example");
+  // Streams carry the header too.
+  HttpResult s = raw_http(port, post_text("/v1/completions", R"({"prompt": "Once", "max_tokens": 2, "stream": true})",
+                                                {"Host: 127.0.0.1", "Content-Type: application/json",
+                                                 "Origin: http://127.0.0.1:3000"}));
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(s.headers["access-control-allow-origin"], "http://127.0.0.1:3000");
+  EXPECT_EQ(raw_http(port, post_text("/v1/completions", body,
+                                     {"Host: 127.0.0.1", "Content-Type: application/json", "Origin: https://other.example"}))
+                .status,
+            403);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeHardening, SmallRoutesClientsExpect) {
+  ServerProcess server({});
+  const int port = server.port();
+  HttpResult health = http(port, "GET", "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(json::parse(health.body)["status"], "ok");
+  EXPECT_EQ(health.headers["content-type"], "application/json");
+
+  HttpResult head = raw_http(port, "HEAD /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.headers["content-length"], std::to_string(health.body.size()));
+  EXPECT_EQ(head.body, "");
+  const HttpResult head_models = raw_http(port, "HEAD /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(head_models.status, 200);
+  EXPECT_EQ(head_models.body, "");
+  EXPECT_EQ(raw_http(port, "HEAD /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").status, 405);
+
+  const HttpResult card = http(port, "GET", "/v1/models/stories260K");
+  ASSERT_EQ(card.status, 200) << card.body;
+  const json c = json::parse(card.body);
+  EXPECT_EQ(c["id"], "stories260K");
+  EXPECT_EQ(c["object"], "model");
+  EXPECT_EQ(c["max_model_len"], 512);
+  const HttpResult missing = http(port, "GET", "/v1/models/gpt-4");
+  EXPECT_EQ(missing.status, 404);
+  expect_error_body(missing, "model_not_found");
+
+  const HttpResult version = http(port, "GET", "/version");
+  EXPECT_EQ(version.status, 200);
+  EXPECT_FALSE(json::parse(version.body)["version"].get<std::string>().empty());
+  EXPECT_EQ(http(port, "GET", "/ping").status, 200);
+  EXPECT_EQ(http(port, "POST", "/ping", "{}").status, 200);
+  HttpResult options = raw_http(port, "OPTIONS /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(options.status, 204);
+  EXPECT_NE(options.headers["allow"].find("GET"), std::string::npos);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// The default body limit comes from the model's context: 1 MiB + 64 bytes per token.
+TEST(ServeHardening, DefaultBodyLimitFollowsTheContext) {
+  ServerProcess server({});
+  const int64_t limit = (int64_t{1} << 20) + 64 * 512;
+  EXPECT_NE(server.log().find("request bodies up to " + std::to_string(limit) + " bytes"), std::string::npos)
+      << server.log();
+  const std::string over = R"({"prompt": ")" + std::string(limit, 'a') + R"("})";
+  EXPECT_EQ(http(server.port(), "POST", "/v1/completions", over).status, 413);
+  EXPECT_EQ(http(server.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// Big bodies are parsed and tokenised off the I/O threads: /health (and everybody else's
+// stream) is answered at once meanwhile.
+TEST(ServeHardening, HealthAnswersWhileBigBodiesAreProcessed) {
+  ServerProcess server({"--max-body-bytes", "20000000"});
+  const int port = server.port();
+  // ~4 MB of words: tokenising one takes seconds on the bundled SPM vocabulary.
+  std::string text;
+  while (text.size() < 4'000'000) text += "Once upon a time there was a little girl named Lily. ";
+  const std::string body = json{{"prompt", text}}.dump();
+  constexpr int kBig = 2;
+  std::atomic<int> big_done{0};
+  std::vector<int> statuses(kBig);
+  std::vector<std::thread> big;
+  for (int i = 0; i < kBig; ++i) {
+    big.emplace_back([&, i] {
+      statuses[i] = http(port, "POST", "/tokenize", body, {}, 120).status;
+      ++big_done;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the bodies are in and being tokenised
+  double worst = 0;
+  int probes_while_busy = 0;
+  for (int i = 0; i < 20 && big_done.load() < kBig; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const HttpResult h = http(port, "GET", "/health", "", {}, 10);
+    const double dt = seconds_since(t0);
+    EXPECT_EQ(h.status, 200);
+    if (big_done.load() == 0) {
+      ++probes_while_busy;
+      worst = std::max(worst, dt);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (std::thread& t : big) t.join();
+  for (int s : statuses) EXPECT_EQ(s, 200);
+  ASSERT_GE(probes_while_busy, 3) << "the big bodies were done before /health was probed: make them bigger";
+  EXPECT_LT(worst, 0.1) << "slowest /health while big bodies were tokenised: " << worst << " s";
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// The parsing queue has its own bound: beyond it, 429 with Retry-After (and nothing is lost).
+TEST(ServeHardening, FullParseQueueIs429) {
+  ServerProcess server({"--max-body-bytes", "20000000", "--api-threads", "1", "--api-queue", "1"});
+  const int port = server.port();
+  std::string text;
+  while (text.size() < 2'000'000) text += "Once upon a time there was a little girl named Lily. ";
+  const std::string body = json{{"prompt", text}}.dump();
+  constexpr int kClients = 4;
+  std::vector<HttpResult> results(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] { results[i] = http(port, "POST", "/tokenize", body, {}, 120); });
+  }
+  for (std::thread& t : threads) t.join();
+  int ok = 0, limited = 0;
+  for (const HttpResult& r : results) {
+    if (r.status == 200) ++ok;
+    if (r.status == 429) {
+      ++limited;
+      EXPECT_EQ(r.headers.at("retry-after"), "1");
+      expect_error_body(r, "rate_limit_exceeded");
+    }
+  }
+  EXPECT_EQ(ok + limited, kClients);
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(limited, 1);
+  EXPECT_EQ(http(port, "POST", "/tokenize", R"({"prompt": "a"})").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// Under a hard descriptor limit, idle connections cannot lock everybody out: the server keeps
+// its connections below the limit and closes the idlest to let a new client in.
+TEST(ServeHardening, IdleConnectionsBeyondTheFdLimitDoNotLockClientsOut) {
+  constexpr int64_t kFdLimit = 192;  // -> at most 192 - 64 = 128 connections
+  ServerProcess server({}, "", kFdLimit);
+  const int port = server.port();
+  EXPECT_NE(server.log().find("up to 128 open connections"), std::string::npos) << server.log();
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = connect_to(port, 5);
+    if (fd >= 0) idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // A new client still gets in, many times over.
+  for (int i = 0; i < 5; ++i) {
+    const HttpResult h = http(port, "GET", "/health", "", {}, 10);
+    EXPECT_EQ(h.status, 200);
+  }
+  const HttpResult ok = http(port, "POST", "/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", {}, 30);
+  EXPECT_EQ(ok.status, 200);
+  // The oldest idle connections were the ones closed (they read EOF).
+  int closed = 0;
+  for (int fd : idle) {
+    pollfd p{fd, POLLIN, 0};
+    char c;
+    if (poll(&p, 1, 0) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0) ++closed;
+  }
+  EXPECT_GE(closed, 300 - 128);
+  for (int fd : idle) close(fd);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+}  // namespace
+}  // namespace pagellm::test
