@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -211,6 +212,103 @@ TEST(EngineCore, RejectsBadRequests) {
   const auto res = run_all(core);
   EXPECT_EQ(res.at("ok").ids.size(), 4u);
   EXPECT_EQ(res.at("ok").finish_reason, "length");
+}
+
+
+// Text held back at the end of a request (a proper prefix of a stop string, or the first bytes of
+// a UTF-8 character) is released when the request ends by max_tokens, EOS or a stop token id:
+// in the streamed deltas (their concatenation) and in the final output. The tokens are forced
+// with logit_bias: `first` wins step 1 (+100), then a repetition penalty of 1000 brings it to
+// ~0.1 and `second` (+50) wins step 2. Neither is in the prompt.
+EngineRequest forced(const std::string& id, int32_t first, int32_t second, int32_t max_tokens) {
+  EngineRequest r = greedy(id, {1, 403, 407}, max_tokens);
+  r.sampling.logit_bias = {{first, 100.0f}, {second, 50.0f}};
+  r.sampling.repetition_penalty = 1000.0f;
+  return r;
+}
+
+struct Finished {
+  Result streamed;         // every delta concatenated
+  std::string final_delta;  // the delta of the finished output
+  std::optional<std::string> stop_reason;
+};
+
+std::map<std::string, Finished> run_collect(EngineCore& core) {
+  std::map<std::string, Finished> res;
+  for (int guard = 0; core.has_work() && guard < 100000; ++guard) {
+    for (const RequestOutput& o : core.step()) {
+      Finished& f = res[o.request_id];
+      f.streamed.ids.insert(f.streamed.ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      f.streamed.text += o.delta_text;
+      ++f.streamed.deltas;
+      if (o.finished) {
+        f.streamed.finish_reason = o.finish_reason;
+        f.final_delta = o.delta_text;
+        f.stop_reason = o.stop_reason;
+      }
+    }
+  }
+  return res;
+}
+
+TEST(EngineCore, HeldBackTextIsReleasedWhenTheRequestEnds) {
+  auto llm = load(0);
+  const Tokenizer& tk = llm->tokenizer();
+  const std::optional<int32_t> word = tk.find_token("\xE2\x96\x81" "happy");  // "▁happy"
+  const std::optional<int32_t> b_e2 = tk.find_token("<0xE2>");
+  const std::optional<int32_t> b_82 = tk.find_token("<0x82>");
+  const std::optional<int32_t> other = tk.find_token("\xE2\x96\x81" "day");  // "▁day"
+  ASSERT_TRUE(word && b_e2 && b_82 && other);
+  const int32_t eos = tk.eos_id();
+  ASSERT_TRUE(tk.is_eog(eos));
+  const std::string piece = tk.token_to_piece(*word);
+  ASSERT_EQ(piece, " happy");
+  const std::string stop = piece + " never";  // " happy" is a proper prefix of it
+
+  EngineCore core(*llm, {8, 512});
+  // Stop-string prefix, then max_tokens.
+  EngineRequest len = forced("stop-prefix/length", *word, *other, 1);
+  len.stop = {stop};
+  // Stop-string prefix, then EOS (not returned as text).
+  EngineRequest eos_req = forced("stop-prefix/eos", *word, eos, 5);
+  eos_req.ignore_eos = false;
+  eos_req.stop = {stop};
+  // Stop-string prefix, then a stop token id.
+  EngineRequest sid = forced("stop-prefix/stop-id", *word, *other, 5);
+  sid.stop = {stop};
+  sid.stop_token_ids = {*other};
+  // The first byte of the 3-byte "\xE2\x82\xAC" (euro sign), then EOS.
+  EngineRequest u_eos = forced("utf8/eos", *b_e2, eos, 5);
+  u_eos.ignore_eos = false;
+  // Two of its three bytes, then max_tokens.
+  EngineRequest u_len = forced("utf8/length", *b_e2, *b_82, 2);
+  // One byte, then a stop token id.
+  EngineRequest u_sid = forced("utf8/stop-id", *b_e2, *other, 5);
+  u_sid.stop_token_ids = {*other};
+  for (const EngineRequest* r : {&len, &eos_req, &sid, &u_eos, &u_len, &u_sid}) core.add_request(*r);
+  const auto res = run_collect(core);
+
+  struct Want {
+    std::string id, text, finish_reason;
+    size_t tokens;
+  };
+  const std::vector<Want> wants = {
+      {"stop-prefix/length", piece, "length", 1},  {"stop-prefix/eos", piece, "stop", 2},
+      {"stop-prefix/stop-id", piece, "stop", 2},   {"utf8/eos", "\xE2", "stop", 2},
+      {"utf8/length", "\xE2\x82", "length", 2},    {"utf8/stop-id", "\xE2", "stop", 2},
+  };
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.id);
+    ASSERT_EQ(res.count(w.id), 1u);
+    const Finished& f = res.at(w.id);
+    EXPECT_EQ(f.streamed.ids.size(), w.tokens);
+    EXPECT_EQ(f.streamed.finish_reason, w.finish_reason);
+    EXPECT_EQ(f.streamed.text, w.text);  // the concatenation of the deltas
+    EXPECT_EQ(f.final_delta, w.text);    // all of it was held back until the final output
+  }
+  EXPECT_EQ(res.at("stop-prefix/stop-id").stop_reason, std::to_string(*other));
+  EXPECT_FALSE(res.at("stop-prefix/eos").stop_reason.has_value());
+  EXPECT_EQ(llm->kv_manager().pool().num_free_blocks(), llm->kv_cache().num_blocks());
 }
 
 }  // namespace
