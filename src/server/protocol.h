@@ -40,6 +40,7 @@ struct ModelInfo {
   const GgufFile* file = nullptr;        // source of tokenizer.chat_template; not null
   std::string served_model_name;         // the only accepted `model` value
   int32_t max_model_len = 0;             // context length, tokens (prompt + generated)
+  int32_t max_sequences_per_request = kMaxSequencesPerRequest;  // prompts x best_of (serve --max-n)
 };
 
 enum class Endpoint { kCompletions, kChat };

@@ -195,9 +195,9 @@ void fan_out(GenerationPlan* plan, const CommonParams& p, const ModelInfo& model
   plan->n = p.n;
   plan->best_of = p.best_of > 0 ? p.best_of : p.n;
   const size_t total = plan->prompts.size() * static_cast<size_t>(plan->best_of);
-  if (total > static_cast<size_t>(kMaxSequencesPerRequest)) {
+  if (total > static_cast<size_t>(model.max_sequences_per_request)) {
     throw bad_request("prompts x n = " + std::to_string(total) + " sequences; at most " +
-                          std::to_string(kMaxSequencesPerRequest) + " per request",
+                          std::to_string(model.max_sequences_per_request) + " per request",
                       "n");
   }
   plan->requests.clear();
