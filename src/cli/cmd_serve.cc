@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "server/protocol.h"
 #include "server/serve.h"
 
 namespace pagellm::cli {
@@ -25,6 +26,10 @@ Handler add_serve(CLI::App& app) {
                "Turn off automatic prefix caching (shared KV blocks for shared prompt prefixes)");
   app.add_option("--max-waiting", o->max_waiting, "Waiting-queue bound; beyond it requests get 429")
       ->capture_default_str();
+  app.add_option("--max-n", o->max_n,
+                 "Most sequences (prompts x n, or x best_of) one request may start; more is a 400")
+      ->capture_default_str()
+      ->check(CLI::Range(1, server::kMaxSequencesPerRequest));
   app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (default: $PAGELLM_API_KEY if set)");
   app.add_option("--served-model-name", o->served_model_name,
                  "Model name in the API (default: the file name without .gguf)");

@@ -151,6 +151,7 @@ Routes::Routes(AsyncEngine& engine, ServerMetrics& metrics, WorkQueue& work, Rou
   model_.file = &engine.llm().file();
   model_.served_model_name = options_.served_model_name;
   model_.max_model_len = static_cast<int32_t>(engine.max_model_len());
+  model_.max_sequences_per_request = options_.max_sequences_per_request;
 }
 
 bool Routes::authorized(const HttpRequest& req) const {

@@ -38,6 +38,7 @@ struct RoutesOptions {
   std::string api_key;                       // "" for none
   std::string listen_host = "127.0.0.1";     // --host
   std::vector<std::string> allowed_origins;  // --allowed-origins: "scheme://host[:port]" or "*"
+  int32_t max_sequences_per_request = kMaxSequencesPerRequest;  // --max-n
 };
 
 class Routes {

@@ -25,6 +25,11 @@ struct ServeOptions {
   std::string kv_cache_memory;           // "" (16 full contexts, at most 1 GiB) or parse_kv_cache_memory's forms
   GgmlType kv_dtype = GgmlType::F32;
   int32_t max_waiting = 1024;
+  // --max-n: the most sequences (prompts x best_of, i.e. x n) one HTTP request may start; more is
+  // a 400. Default 64, the default --max-num-seqs: one request's sequences then fit one step's
+  // batch, so its n children run side by side as in vLLM, and one request can take at most 1/16 of
+  // the default waiting queue instead of all of it (the protocol's hard cap is 1024).
+  int32_t max_n = 64;
   std::string api_key;                   // "" : no authentication
   std::string served_model_name;         // "" : the model file name without ".gguf"
   int64_t max_body_bytes = 0;            // 0: default_max_body_bytes(max_model_len)

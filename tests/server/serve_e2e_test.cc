@@ -388,5 +388,31 @@ TEST(ServeE2E, ThousandConcurrentStreamsWithBoundedThreads) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// ---- issue 12: hardening from the hostile-client trial (engine side) ----
+
+nlohmann::json completion_body(const nlohmann::json& extra) {
+  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 0}};
+  body.update(extra);
+  return body;
+}
+
+// --max-n bounds the sequences (prompts x n, x best_of) of one request: more is a 400 naming n.
+TEST(ServeE2E, MaxNBoundsTheSequencesOfOneRequest) {
+  ServerProcess server({"--max-n", "8"});
+  for (const json& extra : {json{{"n", 9}}, json{{"n", 2}, {"best_of", 9}},
+                            json{{"n", 3}, {"prompt", json::array({"a", "b", "c"})}}}) {
+    SCOPED_TRACE(extra.dump());
+    const HttpResult r = http(server.port(), "POST", "/v1/completions", completion_body(extra).dump());
+    EXPECT_EQ(r.status, 400) << r.body;
+    const json j = json::parse(r.body);
+    EXPECT_EQ(j["error"]["param"], "n");
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("at most 8"), std::string::npos) << r.body;
+  }
+  const HttpResult ok = http(server.port(), "POST", "/v1/completions", completion_body({{"n", 8}}).dump());
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body)["choices"].size(), 8u);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 }  // namespace
 }  // namespace pagellm::test
