@@ -138,20 +138,41 @@ AsyncEngine::~AsyncEngine() {
 }
 
 void AsyncEngine::add_request(EngineRequest request, Sink sink) {
-  if (request.arrival_time == 0) request.arrival_time = engine_now();
+  std::vector<EngineRequest> requests;
+  requests.push_back(std::move(request));
+  std::vector<Sink> sinks;
+  sinks.push_back(std::move(sink));
+  add_requests(std::move(requests), std::move(sinks));
+}
+
+void AsyncEngine::add_requests(std::vector<EngineRequest> requests, std::vector<Sink> sinks) {
+  PAGELLM_CHECK(requests.size() == sinks.size(), "add_requests: one sink per request");
+  if (requests.empty()) return;
+  const double now = engine_now();
+  for (EngineRequest& r : requests) {
+    if (r.arrival_time == 0) r.arrival_time = now;
+  }
+  const auto k = static_cast<int64_t>(requests.size());
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->draining || impl_->stop) throw Error("the server is shutting down");
-    if (impl_->num_queued >= impl_->config.max_waiting) {
-      throw QueueFull("the waiting queue is full (" + std::to_string(impl_->config.max_waiting) + " requests)");
+    const int64_t max_waiting = impl_->config.max_waiting;
+    if (impl_->num_queued + k > max_waiting) {
+      const int64_t room = std::max<int64_t>(0, max_waiting - impl_->num_queued);
+      throw QueueFull(k == 1 ? "the waiting queue is full (" + std::to_string(max_waiting) + " requests)"
+                             : "the waiting queue is full for this request: it has " + std::to_string(k) +
+                                   " sequences, room is left for " + std::to_string(room) + " (the queue holds " +
+                                   std::to_string(max_waiting) + ")");
     }
-    ++impl_->num_queued;
-    ++impl_->num_live;
-    Impl::Command c;
-    c.kind = Impl::Command::Kind::kAdd;
-    c.request = std::move(request);
-    c.sink = std::move(sink);
-    impl_->inbox.push_back(std::move(c));
+    impl_->num_queued += k;
+    impl_->num_live += k;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Impl::Command c;
+      c.kind = Impl::Command::Kind::kAdd;
+      c.request = std::move(requests[i]);
+      c.sink = std::move(sinks[i]);
+      impl_->inbox.push_back(std::move(c));
+    }
   }
   impl_->cv.notify_all();
 }

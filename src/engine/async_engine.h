@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "engine/engine_types.h"
@@ -66,6 +67,10 @@ class AsyncEngine {
   // Thread-safe. Throws QueueFull when max_waiting requests are already waiting, and
   // pagellm::Error for an invalid request (empty prompt, prompt + 1 beyond the context, bad id).
   void add_request(EngineRequest request, Sink sink);
+  // Thread-safe. The sequences of one client request (prompts x best_of), admitted all or none:
+  // throws QueueFull, adding nothing, when fewer than requests.size() waiting slots are free, so
+  // a request never half-enters the queue. sinks[i] receives requests[i]'s outputs.
+  void add_requests(std::vector<EngineRequest> requests, std::vector<Sink> sinks);
   // Thread-safe; unknown or finished ids are ignored. The request's blocks are freed within the
   // next step and its sink gets a final output with finish_reason "abort".
   void abort_request(const std::string& request_id);

@@ -49,25 +49,28 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
 
 void GenerationCall::submit() {
   auto self = shared_from_this();
+  std::vector<AsyncEngine::Sink> sinks;
+  sinks.reserve(plan_.requests.size());
   for (size_t i = 0; i < plan_.requests.size(); ++i) {
-    AsyncEngine::Sink sink = [self, i](const RequestOutput& out) {
+    sinks.push_back([self, i](const RequestOutput& out) {
       self->metrics_.on_output(out);
       self->ex_->post([self, i, out] { self->on_output(i, out); });
-    };
-    try {
-      engine_.add_request(plan_.requests[i], std::move(sink));
-      ++num_submitted_;
-    } catch (const QueueFull& e) {
-      abort_unfinished();
-      ApiError err(429, std::string(e.what()) + "; retry later", "rate_limit_error", std::nullopt, "rate_limit_exceeded");
-      err.headers.emplace_back("Retry-After", "1");
-      throw err;
-    } catch (const Error& e) {
-      abort_unfinished();
-      ApiError err(503, e.what(), "service_unavailable");
-      err.headers.emplace_back("Retry-After", "1");
-      throw err;  // the engine refuses only while shutting down; bad requests were caught before
-    }
+    });
+  }
+  // All of the request's sequences enter the waiting queue or none does (429 then).
+  try {
+    engine_.add_requests(plan_.requests, std::move(sinks));
+    num_submitted_ = plan_.requests.size();
+  } catch (const QueueFull& e) {
+    abort_unfinished();
+    ApiError err(429, std::string(e.what()) + "; retry later", "rate_limit_error", std::nullopt, "rate_limit_exceeded");
+    err.headers.emplace_back("Retry-After", "1");
+    throw err;
+  } catch (const Error& e) {
+    abort_unfinished();
+    ApiError err(503, e.what(), "service_unavailable");
+    err.headers.emplace_back("Retry-After", "1");
+    throw err;  // the engine refuses only while shutting down; bad requests were caught before
   }
   ex_->on_disconnect([self] { self->on_disconnect(); });
   if (plan_.stream) stream_preamble();

@@ -16,7 +16,8 @@ namespace pagellm::server {
 // as they go when plan.stream). Call on the exchange's strand. Every output also goes to
 // metrics.on_output (on the engine thread).
 // Throws ApiError 429 (waiting queue full, with Retry-After), 503 (shutting down) or 400 (the
-// engine refused a request) before anything was sent; sequences already submitted are aborted.
+// engine refused a request) before anything was sent; then none of its sequences is in the engine
+// (they are admitted all or none, AsyncEngine::add_requests).
 void start_generation(GenerationPlan plan, std::shared_ptr<Exchange> exchange, AsyncEngine& engine,
                       ServerMetrics& metrics);
 

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "test_util.h"
 
@@ -104,6 +106,38 @@ TEST(AsyncEngine, QueueFullThenDrain) {
   for (auto& c : cs) aborted += c->finish_reason == "abort";
   EXPECT_GT(aborted, 0);
   EXPECT_THROW(engine.add_request(req("late", 1), Collector().sink()), Error);
+}
+
+// One client request's sequences enter the waiting queue all or none: 4 sequences when only 3
+// slots remain is QueueFull and adds nothing (no sink is called, nothing is waiting); then 3 fit.
+TEST(AsyncEngine, AddRequestsIsAllOrNone) {
+  std::vector<std::unique_ptr<Collector>> cs;
+  AsyncEngine engine(load(), SchedulerConfig{8, 64, 3});
+  auto batch = [&](const std::string& prefix, int k) {
+    std::vector<EngineRequest> rs;
+    std::vector<AsyncEngine::Sink> sinks;
+    for (int i = 0; i < k; ++i) {
+      cs.push_back(std::make_unique<Collector>());
+      rs.push_back(req(prefix + std::to_string(i), 8));
+      sinks.push_back(cs.back()->sink());
+    }
+    engine.add_requests(std::move(rs), std::move(sinks));
+  };
+  try {
+    batch("big", 4);
+    FAIL() << "4 sequences fit a queue of 3";
+  } catch (const QueueFull& e) {
+    EXPECT_NE(std::string(e.what()).find("4 sequences"), std::string::npos) << e.what();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (auto& c : cs) EXPECT_EQ(c->tokens, 0);
+  EXPECT_EQ(engine.stats().num_waiting, 0);
+  EXPECT_EQ(engine.stats().num_running, 0);
+  EXPECT_EQ(engine.stats().num_steps, 0);  // nothing ever ran
+  cs.clear();
+  batch("fits", 3);
+  for (auto& c : cs) ASSERT_EQ(c->done.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  for (auto& c : cs) EXPECT_EQ(c->tokens, 8);
 }
 
 }  // namespace

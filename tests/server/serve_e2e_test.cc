@@ -414,5 +414,29 @@ TEST(ServeE2E, MaxNBoundsTheSequencesOfOneRequest) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// The waiting queue takes a request's sequences all or none: with --max-waiting 4, n = 5 (or 8)
+// is a 429 that leaves nothing behind (no sequence was admitted, so none was aborted; they used
+// to enter one by one until the queue was full, then be aborted), while n = 4 runs.
+TEST(ServeE2E, WaitingQueueAdmitsAllOfARequestOrNone) {
+  ServerProcess server({"--max-n", "8", "--max-waiting", "4"});
+  const auto completion = [&](const json& extra) {
+    return http(server.port(), "POST", "/v1/completions", completion_body(extra).dump());
+  };
+  EXPECT_EQ(completion({{"n", 8}, {"max_tokens", 1}}).status, 429);  // 8 <= --max-n, > the queue
+  const HttpResult full = completion({{"n", 5}});
+  EXPECT_EQ(full.status, 429) << full.body;
+  EXPECT_EQ(full.headers.at("retry-after"), "1");
+  EXPECT_NE(json::parse(full.body)["error"]["message"].get<std::string>().find("5 sequences"), std::string::npos)
+      << full.body;
+  const HttpResult ok = completion({{"n", 4}});
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body)["choices"].size(), 4u);
+  EXPECT_TRUE(wait_all_blocks_free(server.port()));
+  auto m = read_metrics(server.port());
+  EXPECT_EQ(m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}"], 0);
+  EXPECT_EQ(m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"length\"}"], 4);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 }  // namespace
 }  // namespace pagellm::test
