@@ -25,7 +25,7 @@ struct AsyncEngine::Impl {
   mutable std::mutex mu;                             // guards everything below
   std::condition_variable cv;
   std::deque<Command> inbox;
-  int64_t num_queued = 0;                            // adds in the inbox + waiting in the scheduler
+  int64_t num_queued = 0;                            // adds in the inbox + waiting (unforked n > 1 members too)
   int64_t num_live = 0;                              // accepted requests whose final output is not out
   bool stop = false;
   bool draining = false;
@@ -79,7 +79,7 @@ struct AsyncEngine::Impl {
     const Scheduler& s = core.scheduler();
     const BlockPool& pool = core.llm().kv_manager().pool();
     stats.num_running = s.num_running();
-    stats.num_waiting = s.num_waiting();
+    stats.num_waiting = core.num_waiting();
     stats.num_blocks = pool.num_blocks();
     stats.num_free_blocks = pool.num_free_blocks();
     stats.kv_cache_usage = pool.usage();
@@ -91,7 +91,7 @@ struct AsyncEngine::Impl {
     stats.prefix_cache_queries = s.prefix_cache_queries();
     stats.prefix_cache_hits = s.prefix_cache_hits();
     stats.num_cached_blocks = pool.num_cached_blocks();
-    num_queued = static_cast<int64_t>(inbox.size()) + s.num_waiting();
+    num_queued = static_cast<int64_t>(inbox.size()) + stats.num_waiting;
   }
 
   void loop() {

@@ -58,6 +58,12 @@ void EngineCore::add_request(const EngineRequest& req) {
   scheduler_.add_request(std::move(r));
 }
 
+int64_t EngineCore::num_waiting() const {
+  int64_t n = scheduler_.num_waiting();
+  for (const auto& [name, g] : groups_) n += static_cast<int64_t>(g.pending.size());
+  return n;
+}
+
 std::unique_ptr<Request> EngineCore::take_pending(const std::string& id) {
   auto gi = group_of_.find(id);
   if (gi == group_of_.end()) return nullptr;

@@ -36,6 +36,9 @@ class EngineCore {
   std::vector<RequestOutput> step();
 
   bool has_work() const { return scheduler_.has_work(); }
+  // Requests not yet running: the scheduler's waiting queue plus the n > 1 members waiting to
+  // fork their group's leader (they hold a waiting slot each, as in vLLM's queue).
+  int64_t num_waiting() const;
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineCounters& counters() const { return counters_; }
   LLM& llm() { return llm_; }

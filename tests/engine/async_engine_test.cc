@@ -140,5 +140,50 @@ TEST(AsyncEngine, AddRequestsIsAllOrNone) {
   for (auto& c : cs) EXPECT_EQ(c->tokens, 8);
 }
 
+// The n > 1 members that wait to fork their leader hold waiting slots: with the one running slot
+// taken by a long request, a group of 3 fills 3 of 4 slots and a further 2 sequences do not fit.
+// (They used to count as nothing once the engine had picked them up: only the leader waited.)
+TEST(AsyncEngine, UnforkedGroupMembersCountAsWaiting) {
+  Collector longc;  // the collectors outlive the engine, which calls their sinks until it stops
+  std::vector<std::unique_ptr<Collector>> group, more;
+  AsyncEngine engine(load(), SchedulerConfig{1, 64, 4});
+  engine.add_request(req("long", 500), longc.sink());
+  for (int i = 0; i < 1000 && engine.stats().num_running == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(engine.stats().num_running, 1);
+  std::vector<EngineRequest> rs;
+  std::vector<AsyncEngine::Sink> sinks;
+  for (int i = 0; i < 3; ++i) {
+    group.push_back(std::make_unique<Collector>());
+    EngineRequest r = req("g" + std::to_string(i), 4);
+    r.prompt_token_ids = {1, 403, 407};
+    r.parallel_group = "g";
+    r.parallel_group_size = 3;
+    rs.push_back(std::move(r));
+    sinks.push_back(group.back()->sink());
+  }
+  engine.add_requests(std::move(rs), std::move(sinks));
+  // Let the engine take the group from its inbox and publish its stats.
+  const int64_t steps = engine.stats().num_steps;
+  for (int i = 0; i < 1000 && engine.stats().num_steps < steps + 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const EngineStats st = engine.stats();
+  if (st.num_running != 1 || st.num_waiting == 0) GTEST_SKIP() << "the long request ended too soon on this machine";
+  EXPECT_EQ(st.num_waiting, 3);
+  std::vector<EngineRequest> rs2;
+  std::vector<AsyncEngine::Sink> sinks2;
+  for (int i = 0; i < 2; ++i) {
+    more.push_back(std::make_unique<Collector>());
+    rs2.push_back(req("m" + std::to_string(i), 4));
+    sinks2.push_back(more.back()->sink());
+  }
+  EXPECT_THROW(engine.add_requests(std::move(rs2), std::move(sinks2)), QueueFull);
+  engine.abort_request("long");
+  for (auto& c : group) ASSERT_EQ(c->done.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  for (auto& c : group) EXPECT_EQ(c->tokens, 4);
+}
+
 }  // namespace
 }  // namespace pagellm
