@@ -163,13 +163,39 @@ int64_t GgufTensorInfo::num_elements() const {
   return n;
 }
 
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+[[noreturn]] void not_regular(const std::string& path, mode_t mode) {
+  throw Error("model file '" + path + "' is " + file_kind(mode) + ", not a regular file");
+}
+
+}  // namespace
+
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
+  // A FIFO would block open() until a writer comes (and a device may too): refuse anything but
+  // a regular file before opening it, and open without blocking, checking again on the
+  // descriptor, in case the path is replaced in between.
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) not_regular(path, st.st_mode);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0) {
+    const std::string err = std::strerror(errno);
     ::close(fd);
-    throw Error("model file '" + path + "' is not a regular file");
+    throw Error("cannot stat model file '" + path + "': " + err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    not_regular(path, st.st_mode);
   }
   const size_t size = static_cast<size_t>(st.st_size);
   void* map = nullptr;

@@ -1,0 +1,116 @@
+// `pagellm serve` start-up from the command line: a model path that is not a regular file is
+// refused at once (a FIFO used to block open() forever, with SIGTERM blocked).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A child process running build/pagellm with its stderr on a pipe.
+class Child {
+ public:
+  explicit Child(std::vector<std::string> args) {
+    int fds[2];
+    if (pipe(fds) != 0) std::abort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 2);
+      close(fds[0]);
+      close(fds[1]);
+      args.insert(args.begin(), PAGELLM_BINARY);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    err_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(err_);
+  }
+  pid_t pid() const { return pid_; }
+  const std::string& err() const { return log_; }
+
+  // Reads stderr until it contains `text` (true) or timeout_s passes / the pipe closes (false).
+  bool read_until(const std::string& text, double timeout_s) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (log_.find(text) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p{err_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(err_, buf, sizeof buf);
+      if (n <= 0) return log_.find(text) != std::string::npos;
+      log_.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  // The exit code (128 + signal when killed by one), or -1 after timeout_s (then killed).
+  int wait_exit(double timeout_s) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    pid_ = -1;
+    read_until("\x01", 1);  // the rest of stderr (the pipe is closed now)
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int err_ = -1;
+  std::string log_;
+};
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/serve_cli_" + std::to_string(getpid()) + "_" + name;
+}
+
+TEST(ServeCli, FifoModelIsRefusedAtOnceNamingIt) {
+  const std::string fifo = temp_path("model.gguf");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  Child c({"serve", "-m", fifo, "--port", "0", "--threads", "1"});
+  const int code = c.wait_exit(10);
+  if (code == -1) {  // it blocks in open(): let it through, so that the test ends
+    const int w = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) close(w);
+  }
+  EXPECT_EQ(code, 1) << c.err();
+  EXPECT_NE(c.err().find("'" + fifo + "'"), std::string::npos) << c.err();
+  EXPECT_NE(c.err().find("FIFO"), std::string::npos) << c.err();
+  std::filesystem::remove(fifo);
+}
+
+TEST(ServeCli, DirectoryModelIsRefusedNamingIt) {
+  const std::string dir = temp_path("dir.gguf");
+  std::filesystem::create_directories(dir);
+  Child c({"serve", "-m", dir, "--port", "0", "--threads", "1"});
+  EXPECT_EQ(c.wait_exit(10), 1) << c.err();
+  EXPECT_NE(c.err().find("'" + dir + "' is a directory"), std::string::npos) << c.err();
+  std::filesystem::remove(dir);
+}
+
+}  // namespace
