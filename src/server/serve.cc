@@ -4,12 +4,17 @@
 #include <pthread.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cctype>
 #include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "engine/async_engine.h"
@@ -30,7 +35,7 @@ void log(const std::string& line) {
   std::fflush(stderr);
 }
 
-// Each thread started after this inherits the mask; the main thread takes the signals in sigwait.
+// Each thread started after this inherits the mask; ShutdownSignals takes the signals in sigwait.
 sigset_t block_shutdown_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -40,6 +45,54 @@ sigset_t block_shutdown_signals() {
   std::signal(SIGPIPE, SIG_IGN);
   return set;
 }
+
+// SIGINT / SIGTERM, blocked in every thread, are taken by one thread in sigwait from the start.
+// While the model loads (which can take long, and used to ignore the signals until it was done)
+// a signal exits at once with 128 + its number (130 / 143, as a shell reports it); once
+// loaded() was called it is handed to wait(), and run_serve drains.
+class ShutdownSignals {
+ public:
+  ShutdownSignals() : set_(block_shutdown_signals()), thread_([this] { take(); }) {}
+  ~ShutdownSignals() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    if (received_ == 0) pthread_kill(thread_.native_handle(), SIGTERM);  // ends its sigwait
+    thread_.join();
+  }
+  void loaded() {
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded_ = true;
+  }
+  int wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return received_ != 0; });
+    return received_;
+  }
+
+ private:
+  void take() {
+    int sig = 0;
+    sigwait(&set_, &sig);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_) return;
+    if (!loaded_) {
+      log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " while loading the model: exiting");
+      std::_Exit(128 + sig);
+    }
+    received_ = sig;
+    cv_.notify_all();
+  }
+
+  sigset_t set_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool loaded_ = false;
+  bool closing_ = false;
+  std::atomic<int> received_{0};
+  std::thread thread_;  // last: starts after the members above exist
+};
 
 // Each open connection holds a descriptor: lift the soft limit to the hard one (often 1024 ->
 // 1M), so that thousands of streams can be open at once.
@@ -65,6 +118,7 @@ int64_t bytes_for_blocks(const std::string& path, int64_t blocks, int32_t block_
 }
 
 std::unique_ptr<LLM> load_model(const ServeOptions& o) {
+  log("loading model '" + o.model_path + "'");
   EngineConfig cfg;
   cfg.model_path = o.model_path;
   cfg.num_threads = o.threads;
@@ -151,7 +205,7 @@ std::string default_served_model_name(const std::string& model_path) {
 }
 
 int run_serve(const ServeOptions& o) {
-  const sigset_t signals = block_shutdown_signals();
+  ShutdownSignals signals;
   raise_fd_limit();
   const std::string name = o.served_model_name.empty() ? default_served_model_name(o.model_path) : o.served_model_name;
   SchedulerConfig sched;
@@ -159,6 +213,7 @@ int run_serve(const ServeOptions& o) {
   sched.max_num_batched_tokens = o.max_num_batched_tokens;
   sched.max_waiting = o.max_waiting;
   AsyncEngine engine(load_model(o), sched);
+  signals.loaded();
   ServerMetrics metrics(name);
   HttpServer::Options http;
   http.host = o.host;
@@ -186,8 +241,7 @@ int run_serve(const ServeOptions& o) {
   log("serving model '" + name + "' on http://" + o.host + ":" + std::to_string(server.port()) +
       (o.api_key.empty() ? "" : " (API key required)"));
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = signals.wait();
   log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ": draining (up to " +
       [&] {
         char b[32];

@@ -1,6 +1,7 @@
 // `pagellm serve`: loads the model, starts the engine thread and the HTTP server, and runs until
 // SIGINT / SIGTERM; then stops accepting, lets running requests finish for up to the drain
-// timeout, aborts the rest (their streams end with finish_reason "abort"), and returns 0.
+// timeout, aborts the rest (their streams end with finish_reason "abort"), and returns 0. A signal
+// during the model load exits the process at once with 128 + the signal.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // `pagellm serve` start-up from the command line: a model path that is not a regular file is
-// refused at once (a FIFO used to block open() forever, with SIGTERM blocked).
+// refused at once (a FIFO used to block open() forever, with SIGTERM blocked), and SIGINT /
+// SIGTERM during a long model load end the process promptly.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -111,6 +112,44 @@ TEST(ServeCli, DirectoryModelIsRefusedNamingIt) {
   EXPECT_EQ(c.wait_exit(10), 1) << c.err();
   EXPECT_NE(c.err().find("'" + dir + "' is a directory"), std::string::npos) << c.err();
   std::filesystem::remove(dir);
+}
+
+// A model that takes seconds to load: tinyllama-1.1b's shape in q4_0 (~640 MB, random weights,
+// the llama SPM vocabulary), written once per test binary run. "" when it cannot be made.
+const std::string& slow_model() {
+  static const std::string path = [] {
+    const std::string out = temp_path("tinyllama-q4_0.gguf");
+    const std::string cmd = std::string(PAGELLM_BINARY) + " make-model --shape tinyllama-1.1b --dtype q4_0 --seed 1" +
+                            " --vocab " + PAGELLM_TESTDATA_DIR + "/vocab/ggml-vocab-llama-spm.gguf -o " + out +
+                            " > /dev/null 2>&1";
+    return std::system(cmd.c_str()) == 0 ? out : std::string();
+  }();
+  return path;
+}
+
+// SIGTERM / SIGINT while the model loads: exit at once with 128 + signal and a log line (they
+// used to be blocked until the load was done, then the server started and drained).
+TEST(ServeCli, SignalDuringModelLoadExitsPromptly) {
+  if (slow_model().empty()) GTEST_SKIP() << "make-model could not write the test model";
+  for (const int sig : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    Child c({"serve", "-m", slow_model(), "--port", "0", "--threads", "1"});
+    ASSERT_TRUE(c.read_until("loading model '" + slow_model() + "'", 30)) << c.err();
+    // The load ends with the KV cache line; the signal must come before it to test anything.
+    ASSERT_EQ(c.err().find("KV cache:"), std::string::npos) << "the model loaded too fast: " << c.err();
+    kill(c.pid(), sig);
+    const auto t0 = Clock::now();
+    const int code = c.wait_exit(20);
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_EQ(code, 128 + sig) << c.err();
+    EXPECT_LT(seconds, 3.0);
+    EXPECT_NE(c.err().find(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+                           " while loading the model: exiting"),
+              std::string::npos)
+        << c.err();
+    EXPECT_EQ(c.err().find(" on http://"), std::string::npos) << c.err();
+  }
+  std::filesystem::remove(slow_model());
 }
 
 }  // namespace
