@@ -170,6 +170,37 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
   return text;
 }
 
+std::string Tokenizer::decode_text(std::span<const int32_t> ids, bool add_special) const {
+  for (int32_t id : ids) check_id(id);
+  if (add_special && add_bos_ && !ids.empty() && ids.front() == bos_id_) ids = ids.subspan(1);
+  if (add_special && add_eos_ && !ids.empty() && ids.back() == eos_id_) ids = ids.first(ids.size() - 1);
+  constexpr uint32_t kSpecial = token_attr::kControl | token_attr::kUserDefined | token_attr::kUnknown;
+  const bool dummy_prefix = spm_ != nullptr && add_space_prefix_;
+  std::string text;
+  // encode gives each run of text between special tokens (and the first) a dummy-prefix space:
+  // once such a run is decoded, drop the space it starts with.
+  size_t run_start = 0;
+  bool in_run = false;
+  auto end_run = [&] {
+    if (in_run && dummy_prefix && run_start < text.size() && text[run_start] == ' ') text.erase(run_start, 1);
+    in_run = false;
+  };
+  for (int32_t id : ids) {
+    if (vocab_->attr(id) & kSpecial) {
+      end_run();
+      text += vocab_->text(id);
+      continue;
+    }
+    if (!in_run) {
+      run_start = text.size();
+      in_run = true;
+    }
+    text += token_to_piece(id);
+  }
+  end_run();
+  return text;
+}
+
 // HF clean_up_tokenization_spaces as llama.cpp does it, in three passes:
 // " ?" " !" " ." " ," lose the space; " ' " loses both spaces; " 's" " 'm" " 're" " 've" lose the space.
 void Tokenizer::clean_up_spaces(std::string* text) const {

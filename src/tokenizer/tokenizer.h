@@ -66,6 +66,17 @@ class Tokenizer {
   // Throws pagellm::Error on an id outside [0, vocab_size).
   std::string decode(std::span<const int32_t> ids, bool skip_special = true) const;
 
+  // The inverse of encode(text, add_special, parse_special), for either parse_special:
+  // decode_text(encode(t, s, p), s) == t whenever the vocabulary represents t (no unknown
+  // token). Unlike decode (llama.cpp's detokenize, which gains a space after a dropped BOS and
+  // loses special tokens): with add_special the BOS / EOS that encode adds are dropped; every
+  // other control, user-defined or unknown token renders as its text; the SPM dummy-prefix space
+  // is removed exactly where encode adds it (the start of the text and after each special token);
+  // gpt2 spaces are never cleaned up. A text that spells a special token with parse_special
+  // decodes to that spelling (the id is the same either way). Throws pagellm::Error on an id
+  // outside [0, vocab_size).
+  std::string decode_text(std::span<const int32_t> ids, bool add_special) const;
+
   // Raw bytes of one token, as llama_token_to_piece(special = false): byte tokens -> their
   // byte, control / unknown -> "", gpt2 tokens -> bytes through the GPT-2 alphabet.
   // Throws pagellm::Error on an out-of-range id.
