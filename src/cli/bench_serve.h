@@ -162,6 +162,10 @@ std::vector<std::string> make_prompts(const BenchServeConfig& cfg);
 std::string random_words_prompt(int64_t num_words, uint64_t seed);
 // The common prefix of the shared-prefix workload (prefix_len words, from the seed).
 std::string shared_prefix(const BenchServeConfig& cfg);
+// Throws pagellm::Error, naming the workload's length flags, when the longest prompt
+// (prompt_tokens) plus output_len exceeds the served model's max_model_len: every request would
+// fail (the shared-prefix default of 1,000 words does not fit a 512-token model).
+void check_fits_context(const BenchServeConfig& cfg, int64_t prompt_tokens, int64_t max_model_len);
 // The prompt of a multi-turn request: `history` is the previous turn's prompt followed by its
 // answer ("" for the first turn). history + "\nUser: " + user_text + "\nAssistant:" (no "\n"
 // before "User:" on the first turn), so every prompt starts with the text of the previous one.

@@ -81,22 +81,79 @@ http::request<http::string_body> make_request(http::verb verb, const Url& u, con
   return req;
 }
 
-std::string first_model_id(const Url& u, const std::string& api_key) {
+// The served model: `model` if given, else the first of GET /v1/models, with its max_model_len
+// (vLLM's and pagellm's model card field; 0 when the server does not say). Without --model the
+// list must answer; with it, a failing list only leaves max_model_len unknown.
+struct ServedModel {
+  std::string id;
+  int64_t max_model_len = 0;
+};
+
+ServedModel served_model(const Url& u, const std::string& api_key, const std::string& model);
+
+ServedModel served_model_or_unknown(const Url& u, const std::string& api_key, const std::string& model) {
+  if (model.empty()) return served_model(u, api_key, model);
+  try {
+    return served_model(u, api_key, model);
+  } catch (const std::exception&) {
+    return ServedModel{model, 0};  // the requests will say what is wrong
+  }
+}
+
+ServedModel served_model(const Url& u, const std::string& api_key, const std::string& model) {
   net::io_context io;
   tcp::socket sock = connect(io, u);
   http::write(sock, make_request(http::verb::get, u, "/v1/models", api_key, ""));
   beast::flat_buffer fb;
   http::response<http::string_body> res;
   http::read(sock, fb, res);
+  ServedModel m{model, 0};
   if (res.result() != http::status::ok) {
+    if (!model.empty()) return m;
     throw Error("GET /v1/models: HTTP " + std::to_string(res.result_int()) + ": " + res.body().substr(0, 300));
   }
   const nlohmann::json j = nlohmann::json::parse(res.body(), nullptr, false);
-  if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
-      !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
+  const bool listed = j.is_object() && j.contains("data") && j["data"].is_array();
+  const nlohmann::json* card = nullptr;
+  if (listed) {
+    for (const nlohmann::json& c : j["data"]) {
+      if (!c.is_object() || !c.contains("id") || !c["id"].is_string()) continue;
+      if (model.empty() || c["id"].get<std::string>() == model) {
+        card = &c;
+        break;
+      }
+    }
+  }
+  if (card == nullptr) {
+    if (!model.empty()) return m;
     throw Error("GET /v1/models: no data[0].id in " + res.body().substr(0, 300) + " (pass --model)");
   }
-  return j["data"][0]["id"].get<std::string>();
+  m.id = (*card)["id"].get<std::string>();
+  if (card->contains("max_model_len") && (*card)["max_model_len"].is_number_integer()) {
+    m.max_model_len = (*card)["max_model_len"].get<int64_t>();
+  }
+  return m;
+}
+
+// Tokens of `prompt` from the server's POST /tokenize (vLLM's and pagellm's), or -1 when it has
+// none or refuses.
+int64_t server_token_count(const Url& u, const std::string& api_key, const std::string& model,
+                           const std::string& prompt) {
+  try {
+    net::io_context io;
+    tcp::socket sock = connect(io, u);
+    const nlohmann::json body = {{"model", model}, {"prompt", prompt}};
+    http::write(sock, make_request(http::verb::post, u, "/tokenize", api_key, body.dump()));
+    beast::flat_buffer fb;
+    http::response<http::string_body> res;
+    http::read(sock, fb, res);
+    if (res.result() != http::status::ok) return -1;
+    const nlohmann::json j = nlohmann::json::parse(res.body(), nullptr, false);
+    if (j.is_object() && j.contains("count") && j["count"].is_number_integer()) return j["count"].get<int64_t>();
+    if (j.is_object() && j.contains("tokens") && j["tokens"].is_array()) return static_cast<int64_t>(j["tokens"].size());
+  } catch (const std::exception&) {
+  }
+  return -1;
 }
 
 std::string request_body(const BenchServeConfig& cfg, const std::string& model, const std::string& prompt,
@@ -227,10 +284,23 @@ BenchRun run_bench_serve(const BenchServeConfig& cfg) {
   validate_workload(cfg);
   const Url url = parse_base_url(cfg.base_url);
   BenchRun run;
-  run.model = cfg.model.empty() ? first_model_id(url, cfg.api_key) : cfg.model;
+  const ServedModel served = served_model_or_unknown(url, cfg.api_key, cfg.model);
+  run.model = served.id;
   // texts[i]: the prompt of request i, or for multi-turn the user text of its turn.
   const std::vector<std::string> texts = make_prompts(cfg);
   const bool multi_turn = cfg.dataset.empty() && cfg.dataset_name == "multi-turn";
+  if (served.max_model_len > 0) {
+    // Every request would fail if its prompt + output_len exceed the context: say so now. The
+    // longest prompt (the first turn for multi-turn) is counted by the server's /tokenize, else
+    // estimated in words.
+    const auto longest = std::max_element(texts.begin(), texts.end(), [](const std::string& a, const std::string& b) {
+      return a.size() < b.size();
+    });
+    const std::string prompt = multi_turn ? multi_turn_prompt("", *longest) : *longest;
+    int64_t tokens = server_token_count(url, cfg.api_key, run.model, prompt);
+    if (tokens < 0) tokens = count_words(prompt);
+    check_fits_context(cfg, tokens, served.max_model_len);
+  }
   // A conversation is `turns` consecutive requests run one after another; single-turn workloads
   // have conversations of one request. Arrivals and max_concurrency apply to conversations.
   const int64_t turns = multi_turn ? cfg.num_turns : 1;

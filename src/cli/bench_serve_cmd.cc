@@ -85,6 +85,29 @@ std::string shared_prefix(const BenchServeConfig& cfg) {
   return random_words_prompt(cfg.prefix_len, cfg.seed * 1000003u + 0x5eed5eedu);
 }
 
+void check_fits_context(const BenchServeConfig& cfg, int64_t prompt_tokens, int64_t max_model_len) {
+  if (prompt_tokens + cfg.output_len <= max_model_len) return;
+  const std::string input = std::to_string(effective_input_len(cfg));
+  std::string what, flags;
+  if (!cfg.dataset.empty()) {
+    what = "from --dataset";
+    flags = "use shorter prompts or lower --output-len";
+  } else if (cfg.dataset_name == "shared-prefix") {
+    what = "--prefix-len " + std::to_string(cfg.prefix_len) + " + --input-len " + input + " words";
+    flags = "lower --prefix-len, --input-len or --output-len";
+  } else if (cfg.dataset_name == "multi-turn") {
+    what = "the first turn, --input-len " + input + " words";
+    flags = "lower --input-len or --output-len";
+  } else {
+    what = "--input-len " + input + " words";
+    flags = "lower --input-len or --output-len";
+  }
+  throw Error("the prompts do not fit the served model: the longest is " + std::to_string(prompt_tokens) +
+              " tokens (" + what + ") + --output-len " + std::to_string(cfg.output_len) + " = " +
+              std::to_string(prompt_tokens + cfg.output_len) + " > its max_model_len " +
+              std::to_string(max_model_len) + " (GET /v1/models), so every request would fail; " + flags);
+}
+
 std::string multi_turn_prompt(const std::string& history, const std::string& user_text) {
   std::string p = history;
   if (!p.empty()) p += '\n';

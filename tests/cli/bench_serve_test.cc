@@ -311,6 +311,8 @@ class FakeServer {
     int status = 200;
     std::chrono::milliseconds token_gap{2};
     int cached_tokens = -1;  // >= 0: usage.prompt_tokens_details.cached_tokens
+    int max_model_len = 0;   // > 0: in the model card of GET /v1/models
+    int tokens_per_word = 0;  // > 0: POST /tokenize answers {"count": words x this}
   };
   explicit FakeServer(Options o) : opt_(o), acceptor_(io_, {net::ip::make_address("127.0.0.1"), 0}) {
     port_ = acceptor_.local_endpoint().port();
@@ -333,6 +335,10 @@ class FakeServer {
     return bodies_;
   }
   int max_in_flight() const { return max_in_flight_; }
+  std::vector<std::string> tokenized() {
+    std::lock_guard<std::mutex> l(mu_);
+    return tokenized_;
+  }
 
  private:
   void accept_loop() {
@@ -358,7 +364,24 @@ class FakeServer {
       if (req.method() == http::verb::get && req.target() == "/v1/models") {
         http::response<http::string_body> res{http::status::ok, 11};
         res.set(http::field::content_type, "application/json");
-        res.body() = R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})";
+        nlohmann::json card = {{"id", "fake-model"}, {"object", "model"}};
+        if (opt_.max_model_len > 0) card["max_model_len"] = opt_.max_model_len;
+        res.body() = nlohmann::json{{"object", "list"}, {"data", {card}}}.dump();
+        res.prepare_payload();
+        http::write(s, res);
+        return;
+      }
+      if (req.method() == http::verb::post && req.target() == "/tokenize" && opt_.tokens_per_word > 0) {
+        const std::string prompt = nlohmann::json::parse(req.body()).at("prompt").get<std::string>();
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          tokenized_.push_back(prompt);
+        }
+        int words = 0;
+        for (size_t i = 0; i < prompt.size(); ++i) words += prompt[i] != ' ' && (i == 0 || prompt[i - 1] == ' ');
+        http::response<http::string_body> res{http::status::ok, 11};
+        res.set(http::field::content_type, "application/json");
+        res.body() = nlohmann::json{{"count", words * opt_.tokens_per_word}}.dump();
         res.prepare_payload();
         http::write(s, res);
         return;
@@ -414,6 +437,7 @@ class FakeServer {
   std::vector<std::thread> workers_;  // touched by the accept thread only
   std::mutex mu_;
   std::vector<nlohmann::json> bodies_;
+  std::vector<std::string> tokenized_;
   std::atomic<int> in_flight_{0}, max_in_flight_{0};
 };
 
@@ -538,6 +562,52 @@ TEST(BenchServeRun, SharedPrefixWithoutCachedTokens) {
   EXPECT_TRUE(j["mean_cached_tokens"].is_null());
   EXPECT_EQ(j["prefix_len"], 20);
   EXPECT_NE(metrics_table(cfg, run).find("shared-prefix"), std::string::npos);
+}
+
+// Prompts that cannot fit the served model's context (max_model_len of GET /v1/models) fail at
+// start with the flags to lower, before any request is sent: the shared-prefix default (1,000
+// words of prefix) against a 512-token model used to send requests that all failed.
+TEST(BenchServeRun, PromptsBeyondTheContextFailAtStart) {
+  FakeServer server({.max_model_len = 512, .tokens_per_word = 2});
+  BenchServeConfig cfg;
+  cfg.base_url = server.url();
+  cfg.dataset_name = "shared-prefix";
+  cfg.num_prompts = 4;
+  cfg.output_len = 8;
+  cfg.progress = false;
+  try {
+    run_bench_serve(cfg);
+    FAIL() << "1,100 words of prompt fit 512 tokens";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("2200 tokens (--prefix-len 1000 + --input-len 100 words)"), std::string::npos) << m;
+    EXPECT_NE(m.find("max_model_len 512"), std::string::npos) << m;
+    EXPECT_NE(m.find("lower --prefix-len"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(server.bodies().empty());
+  EXPECT_EQ(server.tokenized().size(), 1u);  // the longest prompt, counted by the server
+  // Counted in tokens, not words: 200 words fit 512 tokens, but not at 3 tokens a word.
+  cfg.prefix_len = 150;
+  cfg.input_len = 50;
+  EXPECT_NO_THROW(run_bench_serve(cfg));  // 400 + 8 <= 512
+  EXPECT_EQ(server.bodies().size(), 4u);
+  FakeServer dense({.max_model_len = 512, .tokens_per_word = 3});
+  cfg.base_url = dense.url();
+  EXPECT_THROW(run_bench_serve(cfg), Error);
+  EXPECT_TRUE(dense.bodies().empty());
+  // Without /tokenize, the words are the estimate; --model picks the card by id.
+  FakeServer no_tokenize({.max_model_len = 100});
+  cfg.base_url = no_tokenize.url();
+  cfg.model = "fake-model";
+  EXPECT_THROW(run_bench_serve(cfg), Error);
+  cfg.prefix_len = 50;
+  cfg.input_len = 10;
+  EXPECT_EQ(run_bench_serve(cfg).metrics.completed, 4);
+  // Random prompts too.
+  BenchServeConfig random = cfg;
+  random.dataset_name = "random";
+  random.input_len = 200;
+  EXPECT_THROW(run_bench_serve(random), Error);
 }
 
 TEST(BenchServeRun, HttpErrorsAreCountedNotThrown) {
