@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <fstream>
 #include <random>
 
@@ -189,6 +195,36 @@ TEST(Gguf, OpenMissingFileNamesIt) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/model.gguf"), std::string::npos);
+  }
+}
+
+// A FIFO (or any file that is not regular) is refused without blocking in open(): the error
+// names the path and what it is. (open() used to wait for a writer forever.)
+TEST(Gguf, OpenRefusesFifoAndDirectoryWithoutBlocking) {
+  const std::string fifo = ::testing::TempDir() + "/gguf_open_fifo_" + std::to_string(::getpid()) + ".gguf";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto opened = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      GgufFile::open(fifo);
+      return "opened";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  });
+  if (opened.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let it through to end the test
+    if (w >= 0) ::close(w);
+    ADD_FAILURE() << "GgufFile::open blocked on a FIFO";
+  }
+  const std::string msg = opened.get();
+  EXPECT_NE(msg.find("'" + fifo + "' is a FIFO"), std::string::npos) << msg;
+  ::unlink(fifo.c_str());
+  try {
+    GgufFile::open(::testing::TempDir());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
 }
 
