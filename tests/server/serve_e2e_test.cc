@@ -438,5 +438,33 @@ TEST(ServeE2E, WaitingQueueAdmitsAllOfARequestOrNone) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// Text held back for a stop string that never completes comes out when the request ends: as
+// the last delta of a stream and in the whole text. logit_bias forces " happy" (id 393), a
+// proper prefix of the stop string; max_tokens 1 ends the request right after it.
+TEST(ServeE2E, HeldBackStopPrefixIsReturnedAtTheEnd) {
+  ServerProcess server({});
+  for (const bool chat : {false, true}) {
+    for (const bool stream : {false, true}) {
+      SCOPED_TRACE(std::string(chat ? "chat" : "completions") + (stream ? " stream" : ""));
+      json body = {{"max_tokens", 1}, {"temperature", 0}, {"logit_bias", {{"393", 100}}},
+                   {"stop", json::array({" happy never"})}, {"stream", stream}};
+      if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", "Hi"}}});
+      else body["prompt"] = "Once upon a time";
+      const HttpResult r = http(server.port(), "POST", chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      if (stream) {
+        const Streamed st = collect(r.body, chat);
+        EXPECT_EQ(st.text, " happy");
+        EXPECT_EQ(st.finish_reasons, std::vector<std::string>{"length"});
+      } else {
+        const json c = json::parse(r.body)["choices"][0];
+        EXPECT_EQ(chat ? c["message"]["content"] : c["text"], " happy") << r.body;
+        EXPECT_EQ(c["finish_reason"], "length");
+      }
+    }
+  }
+  EXPECT_EQ(server.stop(), 0);
+}
+
 }  // namespace
 }  // namespace pagellm::test
