@@ -17,7 +17,8 @@ async function systemPromptOf(url, n) {
   for (let i = 0; words.length < n; i++) words.push(['alpha', 'beta', 'gamma', 'delta', 'omega'][i % 5] + (i % 97));
   let text = words.join(' ');
   for (;;) {
-    const r = await (await fetch(`${url}/tokenize`, { method: 'POST', body: JSON.stringify({ prompt: text, add_special_tokens: false }) })).json();
+    const r = await (await fetch(`${url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: text, add_special_tokens: false }) })).json();
+    if (typeof r.count !== 'number') throw new Error(`/tokenize answered ${JSON.stringify(r)}`);
     if (r.count <= n) return text;
     text = text.slice(0, text.lastIndexOf(' '));
   }
@@ -58,14 +59,14 @@ test('best_of returns the n most likely of best_of samples; n > 1 shares the pro
   const server = await startServer([], { model: modelPath, name: 'tiny' });
   try {
     const body = { model: 'tiny', prompt: 'Hello there', max_tokens: 8, temperature: 1.0, seed: 3, ignore_eos: true };
-    const r = await (await fetch(`${server.url}/v1/completions`, { method: 'POST',
+    const r = await (await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ ...body, n: 2, best_of: 5, logprobs: 0 }) })).json();
     assert.equal(r.choices.length, 2);
     assert.equal(r.usage.completion_tokens, 5 * 8);  // every sampled sequence is billed
     // The kept choices are the most likely among the 5 sequences with seeds 3..7.
     const sums = [];
     for (let j = 0; j < 5; j++) {
-      const one = await (await fetch(`${server.url}/v1/completions`, { method: 'POST',
+      const one = await (await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ ...body, seed: 3 + j, logprobs: 0 }) })).json();
       sums.push({ text: one.choices[0].text, lp: one.choices[0].logprobs.token_logprobs.reduce((a, b) => a + b, 0) });
     }
@@ -82,7 +83,7 @@ test('--no-prefix-caching: nothing is reused', async () => {
   try {
     const body = { model: 'tiny', prompt: 'Hello '.repeat(60), max_tokens: 2, temperature: 0 };
     for (let i = 0; i < 2; i++) {
-      const r = await (await fetch(`${server.url}/v1/completions`, { method: 'POST', body: JSON.stringify(body) })).json();
+      const r = await (await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })).json();
       assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
     }
     const m = await metrics(server.url);
