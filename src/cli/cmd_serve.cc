@@ -27,7 +27,8 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--max-waiting", o->max_waiting, "Waiting-queue bound; beyond it requests get 429")
       ->capture_default_str();
   app.add_option("--max-n", o->max_n,
-                 "Most sequences (prompts x n, or x best_of) one request may start; more is a 400")
+                 "Most sequences (prompts x n, or x best_of) one request may start, and at most --max-waiting; "
+                 "more is a 400")
       ->capture_default_str()
       ->check(CLI::Range(1, server::kMaxSequencesPerRequest));
   app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (default: $PAGELLM_API_KEY if set)");

@@ -228,7 +228,7 @@ int run_serve(const ServeOptions& o) {
   ro.api_key = o.api_key;
   ro.listen_host = o.host;
   ro.allowed_origins = o.allowed_origins;
-  ro.max_sequences_per_request = o.max_n;
+  ro.max_sequences_per_request = std::min(o.max_n, o.max_waiting);
   Routes routes(engine, metrics, work, ro);
   http.io_threads = o.io_threads;
   http.on_status = [&metrics](int status) { metrics.on_http_status(status); };

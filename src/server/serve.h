@@ -29,7 +29,9 @@ struct ServeOptions {
   // --max-n: the most sequences (prompts x best_of, i.e. x n) one HTTP request may start; more is
   // a 400. Default 64, the default --max-num-seqs: one request's sequences then fit one step's
   // batch, so its n children run side by side as in vLLM, and one request can take at most 1/16 of
-  // the default waiting queue instead of all of it (the protocol's hard cap is 1024).
+  // the default waiting queue instead of all of it (the protocol's hard cap is 1024). In force:
+  // min(max_n, max_waiting), so a request that could never enter the queue is a 400, not a 429
+  // that no retry can cure.
   int32_t max_n = 64;
   std::string api_key;                   // "" : no authentication
   std::string served_model_name;         // "" : the model file name without ".gguf"

@@ -433,24 +433,57 @@ TEST(ServeE2E, MaxNBoundsTheSequencesOfOneRequest) {
 // The waiting queue takes a request's sequences all or none: with --max-waiting 4, n = 5 (or 8)
 // is a 429 that leaves nothing behind (no sequence was admitted, so none was aborted; they used
 // to enter one by one until the queue was full, then be aborted), while n = 4 runs.
+// A random stories15M-shaped model with a 1024-token context: about 8 ms a token on one thread,
+// so 400 tokens keep a request running for seconds. Written once per test process.
+const std::string& slow_stories15m() {
+  static const std::string path = [] {
+    const std::string p = "/tmp/pagellm-e2e-stories15m-" + std::to_string(getpid()) + ".gguf";
+    const std::string cmd = std::string(PAGELLM_BINARY) +
+                            " make-model --shape stories15M --dtype q8_0 --seed 1 --context 1024 --vocab " +
+                            PAGELLM_TESTDATA_DIR + "/vocab/ggml-vocab-llama-spm.gguf -o " + p + " > /dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0) throw std::runtime_error("make-model failed: " + cmd);
+    std::atexit([] { std::filesystem::remove("/tmp/pagellm-e2e-stories15m-" + std::to_string(getpid()) + ".gguf"); });
+    return p;
+  }();
+  return path;
+}
+
 TEST(ServeE2E, WaitingQueueAdmitsAllOfARequestOrNone) {
-  ServerProcess server({"--max-n", "8", "--max-waiting", "4"});
+  ServerProcess server({"--max-n", "8", "--max-waiting", "4", "--max-num-seqs", "1"}, slow_stories15m());
   const auto completion = [&](const json& extra) {
     return http(server.port(), "POST", "/v1/completions", completion_body(extra).dump());
   };
-  EXPECT_EQ(completion({{"n", 8}, {"max_tokens", 1}}).status, 429);  // 8 <= --max-n, > the queue
-  const HttpResult full = completion({{"n", 5}});
+  // More than the whole queue can ever hold: the cap in force is min(--max-n, --max-waiting).
+  const HttpResult never = completion({{"n", 5}, {"max_tokens", 1}});
+  EXPECT_EQ(never.status, 400) << never.body;
+  EXPECT_EQ(json::parse(never.body)["error"]["param"], "n");
+  // One long request runs (--max-num-seqs 1); a second one's 3 sequences wait behind it.
+  const json slow = {{"max_tokens", 400}, {"ignore_eos", true}};
+  std::thread runner([&] { EXPECT_EQ(completion(slow).status, 200); });
+  auto wait_for = [&](const char* gauge, double value) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (read_metrics(server.port())[gauge] < value && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  wait_for("pagellm:num_requests_running", 1);
+  json three = slow;
+  three["n"] = 3;
+  std::thread waiter([&] { EXPECT_EQ(completion(three).status, 200); });
+  wait_for("pagellm:num_requests_waiting", 3);
+  // Room for 1 more: a request of 2 sequences gets 429 (none of them enters), one of 1 fits.
+  const HttpResult full = completion({{"n", 2}, {"max_tokens", 1}});
   EXPECT_EQ(full.status, 429) << full.body;
   EXPECT_EQ(full.headers.at("retry-after"), "1");
-  EXPECT_NE(json::parse(full.body)["error"]["message"].get<std::string>().find("5 sequences"), std::string::npos)
+  EXPECT_NE(json::parse(full.body)["error"]["message"].get<std::string>().find("2 sequences"), std::string::npos)
       << full.body;
-  const HttpResult ok = completion({{"n", 4}});
-  ASSERT_EQ(ok.status, 200) << ok.body;
-  EXPECT_EQ(json::parse(ok.body)["choices"].size(), 4u);
+  EXPECT_EQ(completion({{"n", 1}, {"max_tokens", 1}}).status, 200);
+  runner.join();
+  waiter.join();
   EXPECT_TRUE(wait_all_blocks_free(server.port()));
   auto m = read_metrics(server.port());
   EXPECT_EQ(m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}"], 0);
-  EXPECT_EQ(m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"length\"}"], 4);
+  EXPECT_EQ(m["pagellm:request_success_total{model_name=\"stories260K\",finished_reason=\"length\"}"], 5);
   EXPECT_EQ(server.stop(), 0);
 }
 
