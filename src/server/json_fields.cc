@@ -8,13 +8,58 @@ namespace pagellm::server {
 
 namespace {
 
-std::string brief(const nlohmann::json& v) {
-  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (s.size() > 64) s = s.substr(0, 61) + "...";
-  return s;
+constexpr size_t kBriefBudget = 64;  // characters of the value itself; "..." follows when cut
+constexpr int kBriefDepth = 3;       // containers nested deeper print as [...] / {...}
+
+// The first bytes of s that fit, JSON-quoted; a cut UTF-8 character becomes U+FFFD.
+bool brief_string(const std::string& s, std::string* out, size_t budget) {
+  const size_t room = budget - out->size();
+  const nlohmann::json head = s.size() > room ? s.substr(0, room) : s;
+  out->append(head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return s.size() <= room && out->size() <= budget;
+}
+
+// Appends v to *out until out holds `budget` characters. Walks at most as many elements as fit
+// (an element costs at least one character) and never deeper than kBriefDepth, so the cost is
+// bounded by the budget whatever the size or depth of v. Returns false when it stopped early.
+bool brief_into(const nlohmann::json& v, std::string* out, size_t budget, int depth) {
+  if (out->size() >= budget) return false;
+  if (v.is_string()) return brief_string(v.get_ref<const std::string&>(), out, budget);
+  if (!v.is_array() && !v.is_object()) {  // number, bool, null: a few characters
+    out->append(v.dump());
+    return out->size() <= budget;
+  }
+  const bool array = v.is_array();
+  if (depth >= kBriefDepth) {
+    out->append(v.empty() ? (array ? "[]" : "{}") : (array ? "[...]" : "{...}"));
+    return out->size() <= budget;
+  }
+  out->push_back(array ? '[' : '{');
+  bool first = true;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (out->size() >= budget) return false;
+    if (!first) out->push_back(',');
+    first = false;
+    if (!array) {
+      if (out->size() >= budget || !brief_string(it.key(), out, budget)) return false;
+      out->push_back(':');
+    }
+    if (!brief_into(*it, out, budget, depth + 1)) return false;
+  }
+  out->push_back(array ? ']' : '}');
+  return out->size() <= budget;
 }
 
 }  // namespace
+
+std::string brief(const nlohmann::json& v) {
+  std::string s;
+  if (!brief_into(v, &s, kBriefBudget, 0) || s.size() > kBriefBudget) {
+    if (s.size() > kBriefBudget) s.resize(kBriefBudget);
+    s += "...";
+  }
+  return s;
+}
 
 void wrong_type(const std::string& param, const char* what, const nlohmann::json& value) {
   throw bad_request("'" + param + "' must be " + what + ", got " + brief(value), param);

@@ -28,6 +28,12 @@ class Fields {
   const nlohmann::json& obj_;
 };
 
+// A short rendering of an untrusted request value for error messages: compact JSON, at most 64
+// characters of it then "...". Bounded work: never walks more elements than fit, never recurses
+// more than 3 levels (deeper containers print as [...] / {...}), so a huge or deeply nested
+// value costs no more than a small one. Use this, never dump(), to put a request value into a
+// message.
+std::string brief(const nlohmann::json& v);
 // Shared by the field readers and array element checks; `what` is e.g. "an integer".
 [[noreturn]] void wrong_type(const std::string& param, const char* what, const nlohmann::json& value);
 // `v` as an int64 if it is an integer or integral float, else nullopt.

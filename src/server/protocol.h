@@ -34,6 +34,10 @@ inline constexpr int32_t kMaxN = 128;
 // Largest number of sequences (prompts x n) one HTTP request may start.
 inline constexpr int32_t kMaxSequencesPerRequest = 1024;
 
+// Deepest nesting of arrays and objects a request body may have (the top-level object is level
+// 1); deeper bodies are refused before they are parsed (parse_json_body).
+inline constexpr int kMaxJsonDepth = 64;
+
 // What the parsers need to know about the served model.
 struct ModelInfo {
   const Tokenizer* tokenizer = nullptr;  // not null
@@ -92,7 +96,8 @@ std::vector<ChatMessage> parse_messages(const nlohmann::json& messages);
 std::vector<int32_t> tokenize_chat(const ModelInfo& model, const std::vector<ChatMessage>& messages,
                                    bool add_generation_prompt);
 
-// Parses a JSON body; 400 for malformed JSON or a top level that is not an object.
+// Parses a JSON body; 400 for malformed JSON, nesting deeper than kMaxJsonDepth or a top level
+// that is not an object.
 nlohmann::json parse_json_body(const std::string& body);
 // Serialises a response body; invalid UTF-8 (possible in token pieces) becomes U+FFFD.
 std::string dump_json(const nlohmann::json& j);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string_view>
 
 #include "core/error.h"
 #include "server/protocol_internal.h"
@@ -48,7 +49,7 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Fields& f, int32_t
       used = 0;
     }
     if (used != key.size() || key.empty()) {
-      throw bad_request("'logit_bias' keys must be token ids, got \"" + key + "\"", "logit_bias");
+      throw bad_request("'logit_bias' keys must be token ids, got " + brief(key), "logit_bias");
     }
     if (id < 0 || id >= vocab_size) {
       throw bad_request("'logit_bias' token id " + key + " is outside the vocabulary [0, " +
@@ -56,7 +57,7 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Fields& f, int32_t
                         "logit_bias");
     }
     if (!value.is_number() || !std::isfinite(value.get<double>()) || std::fabs(value.get<double>()) > 100.0) {
-      throw bad_request("'logit_bias' values must be numbers in [-100, 100], got " + value.dump() + " for " + key,
+      throw bad_request("'logit_bias' values must be numbers in [-100, 100], got " + brief(value) + " for " + brief(key),
                         "logit_bias");
     }
     bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
@@ -68,14 +69,14 @@ SamplingParams parse_sampling(const Fields& f, int32_t vocab_size) {
   SamplingParams s;
   if (auto t = f.number("temperature", 0.0, kInf)) {
     if (*t > std::numeric_limits<float>::max()) {  // it would become inf as a float
-      throw bad_request("'temperature' must be at most 3.4e38 (the largest float), got " + f.get("temperature")->dump(),
+      throw bad_request("'temperature' must be at most 3.4e38 (the largest float), got " + brief(*f.get("temperature")),
                         "temperature");
     }
     s.temperature = static_cast<float>(*t);
   }
   if (const nlohmann::json* v = f.get("top_p");
       v && v->is_number() && !(v->get<double>() > 0.0 && v->get<double>() <= 1.0)) {
-    throw bad_request("'top_p' must be in (0, 1], got " + v->dump(), "top_p");
+    throw bad_request("'top_p' must be in (0, 1], got " + brief(*v), "top_p");
   }
   if (auto p = f.number("top_p", 0.0, 1.0)) {
     s.top_p = static_cast<float>(*p);
@@ -286,12 +287,49 @@ std::string error_body(const ApiError& e) {
   return dump_json(nlohmann::json{{"error", std::move(err)}});
 }
 
+namespace {
+
+// 400 when `body` nests arrays / objects deeper than kMaxJsonDepth. A linear scan of the bytes
+// that tracks [ and { outside strings (a backslash escapes the next byte inside a string), run
+// before nlohmann parses: its parser, dump() and the error paths recurse once per level, so a
+// 100k-deep array would overflow the stack. Malformed input is left to the parser.
+void check_json_depth(std::string_view body) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        throw bad_request("JSON nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
 nlohmann::json parse_json_body(const std::string& body) {
+  check_json_depth(body);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
   } catch (const nlohmann::json::exception& e) {
-    throw bad_request(std::string("malformed JSON body: ") + e.what());
+    // nlohmann quotes the last token read, which can be a whole multi-MB string: keep it short.
+    std::string what = e.what();
+    if (what.size() > 200) what = what.substr(0, 197) + "...";
+    throw bad_request("malformed JSON body: " + what);
   }
   if (!j.is_object()) throw bad_request("the request body must be a JSON object");
   return j;

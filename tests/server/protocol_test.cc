@@ -2,10 +2,15 @@
 // response shapes, on the bundled stories260K tokenizer (no model run).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <functional>
 #include <memory>
 
 #include "format/gguf.h"
+#include "server/json_fields.h"
 #include "server/protocol.h"
+#include "server/protocol_internal.h"
 #include "server/sse.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -150,6 +155,67 @@ TEST_F(ProtocolTest, MalformedJsonAndNonObjectsAre400) {
     }
   }
   EXPECT_TRUE(parse_json_body(R"({"a": 1})").is_object());
+}
+
+// `depth` nested arrays around 1, e.g. 2 -> "[[1]]".
+std::string nested_array(int depth) { return std::string(depth, '[') + "1" + std::string(depth, ']'); }
+
+TEST_F(ProtocolTest, DeeplyNestedBodyIs400NamingTheLimit) {
+  // 100k levels in a field would overflow the stack in the parser or in an error message.
+  const std::string deep = R"({"prompt": "x", "stop": )" + nested_array(100000) + "}";
+  try {
+    parse_json_body(deep);
+    FAIL() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.type(), "invalid_request_error");
+    EXPECT_NE(std::string(e.what()).find("JSON nesting deeper than 64 levels"), std::string::npos) << e.what();
+  }
+  // The top-level object is level 1: a field may hold 63 more levels; 64 more are refused.
+  const std::string ok = R"({"prompt": "x", "extra": )" + nested_array(kMaxJsonDepth - 1) + "}";
+  const nlohmann::json j = parse_json_body(ok);
+  EXPECT_NO_THROW(parse_completion_request(j, model(), "cmpl-x", 0));  // unknown field: ignored
+  EXPECT_THROW(parse_json_body(R"({"prompt": "x", "extra": )" + nested_array(kMaxJsonDepth) + "}"), ApiError);
+  // Brackets inside strings (also after escaped quotes and backslashes) do not count.
+  const std::string in_string = R"({"prompt": "\\\"" , "s": ")" + std::string(1000, '[') + R"(\"[[[\\"})";
+  EXPECT_EQ(parse_json_body(in_string)["prompt"], "\\\"");
+}
+
+TEST_F(ProtocolTest, ErrorMessagesShowABoundedPrefixOfTheValue) {
+  nlohmann::json big = nlohmann::json::array();
+  for (int i = 0; i < 1000000; ++i) big.push_back(i);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string b = brief(big);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LE(b.size(), 70u) << b;
+  EXPECT_EQ(b.rfind("[0,1,2,3,", 0), 0u) << b;
+  EXPECT_TRUE(b.ends_with("...")) << b;
+  EXPECT_LT(us, 1000.0);  // the 1M elements are not walked (dump() takes ~100 ms)
+  EXPECT_EQ(brief(nlohmann::json::parse(nested_array(60))), "[[[[...]]]]");
+  EXPECT_EQ(brief(nlohmann::json::parse(R"({"a": [1, "x"], "b": null})")), R"({"a":[1,"x"],"b":null})");
+  EXPECT_EQ(brief(std::string(1000, 'y')), "\"" + std::string(63, 'y') + "...");
+  // Every field that quotes a bad value uses it.
+  for (const char* field : {"temperature", "top_p", "repetition_penalty", "stop", "max_tokens", "seed"}) {
+    SCOPED_TRACE(field);
+    try {
+      completion(std::string(R"({"prompt": "x", ")") + field + R"(": [["a)" + std::string(100000, 'b') + R"("]]})");
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_LT(std::string(e.what()).size(), 200u) << e.what();
+    }
+  }
+  try {
+    completion(R"({"prompt": "x", "logit_bias": {"5": ")" + std::string(100000, 'b') + R"("}})");
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 200u) << e.what();
+  }
+  try {
+    parse_json_body(R"({"prompt": ")" + std::string(100000, 'b'));  // unterminated
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+  }
 }
 
 TEST_F(ProtocolTest, ContextOverflowNamesCodeAndLengths) {
