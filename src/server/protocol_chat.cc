@@ -64,6 +64,7 @@ std::vector<int32_t> tokenize_chat(const ModelInfo& model, const std::vector<Cha
 GenerationPlan parse_chat_request(const nlohmann::json& body, const ModelInfo& model, const std::string& id,
                                   int64_t created) {
   const Fields f(body);
+  check_model(f, model);
   const nlohmann::json* messages = f.get("messages");
   if (!messages) throw bad_request("'messages' is required", "messages");
   const std::vector<ChatMessage> parsed = parse_messages(*messages);

@@ -96,18 +96,18 @@ SamplingParams parse_sampling(const Fields& f, int32_t vocab_size) {
   return s;
 }
 
+}  // namespace
+
 void check_model(const Fields& f, const ModelInfo& model) {
   const std::optional<std::string> name = f.string("model");
   if (name && *name != model.served_model_name) {
-    throw bad_request("The model '" + *name + "' does not exist; this server serves '" + model.served_model_name + "'",
-                      "model", "model_not_found");
+    const std::string shown = name->size() > 64 ? name->substr(0, 64) + "..." : *name;
+    throw ApiError(404, "The model '" + shown + "' does not exist; this server serves '" + model.served_model_name + "'",
+                   "invalid_request_error", "model", "model_not_found");
   }
 }
 
-}  // namespace
-
 CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool chat) {
-  check_model(f, model);
   const int32_t vocab_size = model.tokenizer->vocab_size();
   CommonParams p;
   p.sampling = parse_sampling(f, vocab_size);

@@ -55,6 +55,7 @@ std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model) {
 GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelInfo& model, const std::string& id,
                                         int64_t created) {
   const Fields f(body);
+  check_model(f, model);
   if (f.get("suffix")) throw bad_request("'suffix' is not supported", "suffix");
   CommonParams p = parse_common_params(f, model, /*chat=*/false);
   if (auto best_of = f.integer("best_of", 1, kMaxN)) {

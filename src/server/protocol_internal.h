@@ -27,7 +27,11 @@ struct CommonParams {
   int32_t best_of = 0;                // completions: sequences per prompt (>= n); 0 = n
 };
 
-// Reads model, sampling fields, n, stop, stop_token_ids, ignore_eos, stream, stream_options,
+// 404 invalid_request_error, code model_not_found (as OpenAI and vLLM) when `model` is given and
+// is not the served model name. Every endpoint that takes `model` checks it first.
+void check_model(const Fields& f, const ModelInfo& model);
+
+// Reads sampling fields, n, stop, stop_token_ids, ignore_eos, stream, stream_options,
 // priority and user. `max_tokens_field` is the name the endpoint reads first ("max_tokens", or
 // chat's "max_completion_tokens", which wins over "max_tokens" as in vLLM).
 CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool chat);

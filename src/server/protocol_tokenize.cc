@@ -7,9 +7,7 @@ namespace pagellm::server {
 
 nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& model) {
   const Fields f(body);
-  if (const std::optional<std::string> name = f.string("model"); name && *name != model.served_model_name) {
-    throw bad_request("The model '" + *name + "' does not exist", "model", "model_not_found");
-  }
+  check_model(f, model);
   std::vector<int32_t> ids;
   if (const nlohmann::json* messages = f.get("messages")) {
     const std::vector<ChatMessage> parsed = parse_messages(*messages);
@@ -26,9 +24,7 @@ nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& mo
 
 nlohmann::json detokenize_response(const nlohmann::json& body, const ModelInfo& model) {
   const Fields f(body);
-  if (const std::optional<std::string> name = f.string("model"); name && *name != model.served_model_name) {
-    throw bad_request("The model '" + *name + "' does not exist", "model", "model_not_found");
-  }
+  check_model(f, model);
   const nlohmann::json* tokens = f.get("tokens");
   if (!tokens) throw bad_request("'tokens' is required", "tokens");
   const std::vector<int32_t> ids = parse_token_ids(*tokens, model.tokenizer->vocab_size(), "tokens");

@@ -74,7 +74,6 @@ const BadCase kBadCompletions[] = {
     {R"({"prompt": "x", "stop": ["a", 1]})", "stop"},
     {R"({"prompt": "x", "stop_token_ids": [99999]})", "stop_token_ids"},
     {R"({"prompt": "x", "stop_token_ids": "1"})", "stop_token_ids"},
-    {R"({"prompt": "x", "model": "nope"})", "model"},
     {R"({"prompt": "x", "seed": "x"})", "seed"},
     {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
     {R"({"prompt": "x", "logprobs": -1})", "logprobs"},
@@ -216,6 +215,31 @@ TEST_F(ProtocolTest, ErrorMessagesShowABoundedPrefixOfTheValue) {
   } catch (const ApiError& e) {
     EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
   }
+}
+
+TEST_F(ProtocolTest, UnknownModelIs404ModelNotFoundOnEveryEndpoint) {
+  const std::vector<std::function<void()>> calls = {
+      [&] { completion(R"({"prompt": "x", "model": "gpt-4"})"); },
+      [&] { chat(R"({"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"})"); },
+      [&] { tokenize_response(nlohmann::json::parse(R"({"prompt": "x", "model": "gpt-4"})"), model()); },
+      [&] { detokenize_response(nlohmann::json::parse(R"({"tokens": [1], "model": "gpt-4"})"), model()); },
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    SCOPED_TRACE(i);
+    try {
+      calls[i]();
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 404);
+      EXPECT_EQ(e.code().value_or(""), "model_not_found");
+      EXPECT_EQ(e.param().value_or(""), "model");
+      EXPECT_NE(std::string(e.what()).find("gpt-4"), std::string::npos) << e.what();
+    }
+  }
+  // The served name (or none) is accepted everywhere.
+  EXPECT_NO_THROW(completion(R"({"prompt": "x", "model": "stories260K"})"));
+  EXPECT_NO_THROW(tokenize_response(nlohmann::json::parse(R"({"prompt": "x", "model": "stories260K"})"), model()));
+  EXPECT_NO_THROW(detokenize_response(nlohmann::json::parse(R"({"tokens": [1], "model": "stories260K"})"), model()));
 }
 
 TEST_F(ProtocolTest, ContextOverflowNamesCodeAndLengths) {

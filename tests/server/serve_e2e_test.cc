@@ -92,7 +92,7 @@ TEST(ServeE2E, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
       {"POST", "/v1/completions", R"({"prompt": "x", "top_p": 1.5})", 400},
       {"POST", "/v1/completions", R"({"prompt": "x", "n": 0})", 400},
       {"POST", "/v1/completions", R"({"prompt": "x", "logit_bias": {"99999": 1}})", 400},
-      {"POST", "/v1/completions", R"({"prompt": "x", "model": "nope"})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "model": "nope"})", 404},  // model_not_found
       {"POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", 400},
       {"POST", "/v1/completions", R"({"prompt": [70000]})", 400},
       {"POST", "/v1/chat/completions", R"({"messages": 5})", 400},
@@ -132,9 +132,9 @@ TEST(ServeE2E, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
   EXPECT_EQ(j["choices"][0]["text"], ", there was a little girl");  // as llama-server, 8 tokens
   EXPECT_EQ(j["usage"]["completion_tokens"], 8);
   auto m = read_metrics(server.port());
-  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"400\"}"], 15);
+  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"400\"}"], 14);
   EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"405\"}"], 3);
-  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"404\"}"], 1);
+  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"404\"}"], 2);  // unknown route and unknown model
   EXPECT_EQ(server.stop(), 0);
 }
 
