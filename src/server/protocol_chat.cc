@@ -65,6 +65,7 @@ GenerationPlan parse_chat_request(const nlohmann::json& body, const ModelInfo& m
                                   int64_t created) {
   const Fields f(body);
   check_model(f, model);
+  check_unsupported_fields(f, Endpoint::kChat);
   const nlohmann::json* messages = f.get("messages");
   if (!messages) throw bad_request("'messages' is required", "messages");
   const std::vector<ChatMessage> parsed = parse_messages(*messages);

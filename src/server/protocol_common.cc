@@ -98,6 +98,14 @@ SamplingParams parse_sampling(const Fields& f, int32_t vocab_size) {
 
 }  // namespace
 
+void check_unsupported_fields(const Fields& f, Endpoint endpoint) {
+  for (const UnsupportedField& u : kUnsupportedFields) {
+    if (!(endpoint == Endpoint::kChat ? u.chat : u.completions)) continue;
+    const nlohmann::json* v = f.get(u.name);
+    if (v && !u.is_noop(*v)) throw bad_request("'" + std::string(u.name) + "' is not supported by this server", u.name);
+  }
+}
+
 void check_model(const Fields& f, const ModelInfo& model) {
   const std::optional<std::string> name = f.string("model");
   if (name && *name != model.served_model_name) {

@@ -56,7 +56,7 @@ GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelI
                                         int64_t created) {
   const Fields f(body);
   check_model(f, model);
-  if (f.get("suffix")) throw bad_request("'suffix' is not supported", "suffix");
+  check_unsupported_fields(f, Endpoint::kCompletions);
   CommonParams p = parse_common_params(f, model, /*chat=*/false);
   if (auto best_of = f.integer("best_of", 1, kMaxN)) {
     if (*best_of < p.n) {

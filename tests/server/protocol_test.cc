@@ -254,6 +254,59 @@ TEST_F(ProtocolTest, ContextOverflowNamesCodeAndLengths) {
   EXPECT_EQ(completion(R"({"prompt": "Once upon a time", "max_tokens": 507})").requests[0].max_tokens, 507);
 }
 
+// Values each asking for something (none is a no-op for any row of the table).
+const char* const kSomeRequest[] = {R"({"type": "json_object"})", "true", "5", R"("required")", R"(["x"])"};
+
+TEST_F(ProtocolTest, UnsupportedFieldsAre400NamingTheField) {
+  ASSERT_GE(std::size(kUnsupportedFields), 30u);
+  for (const UnsupportedField& u : kUnsupportedFields) {
+    SCOPED_TRACE(u.name);
+    for (const Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChat}) {
+      const bool applies = endpoint == Endpoint::kChat ? u.chat : u.completions;
+      nlohmann::json body = endpoint == Endpoint::kChat
+                                ? nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "x"}]})")
+                                : nlohmann::json::parse(R"({"prompt": "x"})");
+      // null is "not given".
+      body[u.name] = nullptr;
+      EXPECT_NO_THROW(endpoint == Endpoint::kChat ? parse_chat_request(body, model(), "c", 0)
+                                                  : parse_completion_request(body, model(), "c", 0));
+      if (!applies) continue;  // e.g. echo on completions: a supported field there
+      int refused = 0;
+      for (const char* value : kSomeRequest) {
+        body[u.name] = nlohmann::json::parse(value);
+        if (u.is_noop(body[u.name])) continue;
+        ++refused;
+        try {
+          endpoint == Endpoint::kChat ? parse_chat_request(body, model(), "c", 0)
+                                      : parse_completion_request(body, model(), "c", 0);
+          ADD_FAILURE() << "accepted " << value;
+        } catch (const ApiError& e) {
+          EXPECT_EQ(e.status(), 400);
+          EXPECT_EQ(e.param().value_or(""), u.name);
+          EXPECT_EQ(std::string(e.what()), std::string("'") + u.name + "' is not supported by this server");
+        }
+      }
+      EXPECT_GE(refused, 3);
+    }
+  }
+}
+
+TEST_F(ProtocolTest, NoOpValuesOfUnsupportedFieldsAndUnknownFieldsAreAccepted) {
+  EXPECT_NO_THROW(chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"},
+      "tools": [], "tool_choice": "none", "parallel_tool_calls": true, "functions": [], "function_call": "auto",
+      "min_tokens": 0, "use_beam_search": false, "length_penalty": 1.0, "echo": false, "store": false,
+      "metadata": {}, "modalities": ["text"], "chat_template_kwargs": {}, "continue_final_message": false,
+      "include_stop_str_in_output": false, "bad_words": [], "return_tokens_as_token_ids": false,
+      "some_future_field": {"x": 1}})"));
+  EXPECT_NO_THROW(completion(R"({"prompt": "x", "response_format": {"type": "text"}, "min_tokens": 0,
+      "use_beam_search": false, "echo": true, "tools": [{"type": "function"}], "some_future_field": 1})"));
+  // Rows apply where the field means something: tools on completions are not OpenAI's surface.
+  EXPECT_THROW(chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})"), ApiError);
+  EXPECT_THROW(chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
+               ApiError);
+  EXPECT_THROW(completion(R"({"prompt": "x", "min_tokens": 3})"), ApiError);
+}
+
 TEST_F(ProtocolTest, CompletionDefaultsAndMapping) {
   const GenerationPlan p = completion(R"({"model": "stories260K", "prompt": "Once upon a time", "temperature": 0,
       "top_k": 40, "top_p": 0.9, "min_p": 0.1, "stop": "Lily", "stop_token_ids": [2], "ignore_eos": true,
