@@ -25,8 +25,8 @@ void SamplingParams::validate(int32_t vocab_size) const {
   if (top_k < -1) fail("top_k", top_k, "must be -1, 0 (off) or positive");
   if (!(top_p > 0.0f && top_p <= 1.0f)) fail("top_p", top_p, "must be in (0, 1]");
   if (!(min_p >= 0.0f && min_p <= 1.0f)) fail("min_p", min_p, "must be in [0, 1]");
-  if (!std::isfinite(repetition_penalty) || !(repetition_penalty > 0.0f)) {
-    fail("repetition_penalty", repetition_penalty, "must be finite and > 0");
+  if (!(repetition_penalty >= kMinRepetitionPenalty && repetition_penalty <= kMaxRepetitionPenalty)) {
+    fail("repetition_penalty", repetition_penalty, "must be in [0.01, 100]");
   }
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
     fail("presence_penalty", presence_penalty, "must be in [-2, 2]");

@@ -16,6 +16,16 @@ namespace pagellm {
 // Temperatures below this are treated as 0 (greedy), as vLLM's _SAMPLING_EPS.
 inline constexpr float kGreedyTemperatureEps = 1e-5f;
 
+// repetition_penalty range. The penalty divides a positive logit by r and multiplies a negative
+// one by r, so it scales a logit by up to max(r, 1/r); temperature (>= kGreedyTemperatureEps
+// when not greedy) then divides it by up to 1e5. With r in [0.01, 100] a logit grows at most
+// 1e7-fold, so any logit below ~3e31 in magnitude stays finite (model logits and the +-100 of
+// logit_bias are many orders smaller). vLLM only requires r > 0, but r = 1e-37 turns a logit of
+// 10 into +inf, and every token then being +inf or seen-and-infinite is a "model's output is not
+// finite" failure the client caused. Typical values are 1.0-1.5.
+inline constexpr float kMinRepetitionPenalty = 0.01f;
+inline constexpr float kMaxRepetitionPenalty = 100.0f;
+
 struct SamplingParams {
   // Logits are divided by this before softmax. 0 (or < kGreedyTemperatureEps): greedy argmax.
   float temperature = 1.0f;
@@ -25,7 +35,8 @@ struct SamplingParams {
   float top_p = 1.0f;
   // Keep tokens with prob >= min_p * (max prob). [0, 1]; 0: off.
   float min_p = 0.0f;
-  // CTRL-style penalty on tokens seen in prompt or output. > 0; 1: off.
+  // CTRL-style penalty on tokens seen in prompt or output. [kMinRepetitionPenalty,
+  // kMaxRepetitionPenalty]; 1: off.
   float repetition_penalty = 1.0f;
   // OpenAI: logit -= presence_penalty * (count > 0), counted over output tokens. [-2, 2].
   float presence_penalty = 0.0f;

@@ -85,10 +85,11 @@ SamplingParams parse_sampling(const Fields& f, int32_t vocab_size) {
   if (auto m = f.number("min_p", 0.0, 1.0)) s.min_p = static_cast<float>(*m);
   if (auto p = f.number("presence_penalty", -2.0, 2.0)) s.presence_penalty = static_cast<float>(*p);
   if (auto p = f.number("frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*p);
-  if (const nlohmann::json* v = f.get("repetition_penalty"); v && v->is_number() && !(v->get<double>() > 0.0)) {
-    throw bad_request("'repetition_penalty' must be > 0, got " + v->dump(), "repetition_penalty");
+  // [kMinRepetitionPenalty, kMaxRepetitionPenalty], so that a finite logit stays finite (see
+  // sampling_params.h); vLLM only asks > 0.
+  if (auto r = f.number("repetition_penalty", 0.01, 100.0)) {
+    s.repetition_penalty = static_cast<float>(*r);
   }
-  if (auto r = f.number("repetition_penalty", 0.0, kInf)) s.repetition_penalty = static_cast<float>(*r);
   if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
     s.seed = static_cast<uint64_t>(*seed);
   }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "sample/sampler.h"
@@ -34,7 +35,7 @@ TEST(SamplingParamsTest, DefaultsAndEdgeValuesAreValid) {
   p.min_p = 1.0f;
   p.presence_penalty = -2.0f;
   p.frequency_penalty = 2.0f;
-  p.repetition_penalty = 1e-3f;
+  p.repetition_penalty = kMinRepetitionPenalty;
   p.logit_bias = {{0, -100.0f}, {kVocab - 1, 100.0f}};
   p.logprobs = kVocab;
   EXPECT_NO_THROW(p.validate(kVocab));
@@ -57,6 +58,10 @@ TEST(SamplingParamsTest, BadValuesThrowNamingFieldAndValue) {
       {"repetition 0", [](SamplingParams& p) { p.repetition_penalty = 0.0f; }, "repetition_penalty", "0"},
       {"repetition < 0", [](SamplingParams& p) { p.repetition_penalty = -1.0f; }, "repetition_penalty", "-1"},
       {"repetition inf", [](SamplingParams& p) { p.repetition_penalty = kInf; }, "repetition_penalty", "inf"},
+      // Tiny or huge penalties overflow a finite logit to +-inf (the 1e-37 gave HTTP 500).
+      {"repetition 1e-37", [](SamplingParams& p) { p.repetition_penalty = 1e-37f; }, "repetition_penalty", "1e-37"},
+      {"repetition < 0.01", [](SamplingParams& p) { p.repetition_penalty = 0.009f; }, "repetition_penalty", "0.009"},
+      {"repetition > 100", [](SamplingParams& p) { p.repetition_penalty = 101.0f; }, "repetition_penalty", "101"},
       {"presence > 2", [](SamplingParams& p) { p.presence_penalty = 2.5f; }, "presence_penalty", "2.5"},
       {"presence nan", [](SamplingParams& p) { p.presence_penalty = kNaN; }, "presence_penalty", "nan"},
       {"frequency < -2", [](SamplingParams& p) { p.frequency_penalty = -3.0f; }, "frequency_penalty", "-3"},
@@ -85,6 +90,29 @@ TEST(SamplingParamsTest, BadValuesThrowNamingFieldAndValue) {
     if (!c.needs_vocab) {
       EXPECT_THROW(Sampler{p}, Error);
     }
+  }
+}
+
+// The bounds of repetition_penalty with the smallest non-greedy temperature keep large finite
+// logits finite: sampling still works (no SamplingError), every logprob finite.
+TEST(SamplingParamsTest, ExtremePenaltyAndTemperatureInRangeKeepLogitsFinite) {
+  std::vector<float> logits(kVocab);
+  for (int32_t i = 0; i < kVocab; ++i) logits[i] = (i % 2 ? 1.0f : -1.0f) * 1e4f * static_cast<float>(i + 1);
+  std::vector<int32_t> seen(kVocab);
+  for (int32_t i = 0; i < kVocab; ++i) seen[i] = i;
+  for (const float r : {kMinRepetitionPenalty, kMaxRepetitionPenalty}) {
+    SCOPED_TRACE(r);
+    SamplingParams p;
+    p.repetition_penalty = r;
+    p.temperature = kGreedyTemperatureEps;
+    p.logit_bias = {{kVocab - 1, 100.0f}};
+    p.logprobs = 5;
+    p.seed = 1;
+    ASSERT_NO_THROW(p.validate(kVocab));
+    Sampler sampler(p);
+    const SampleResult res = sampler.sample_with_logprobs(logits, seen, {});
+    EXPECT_TRUE(std::isfinite(res.logprob));
+    for (const TokenLogprob& t : res.top_logprobs) EXPECT_TRUE(std::isfinite(t.logprob));
   }
 }
 

@@ -64,6 +64,11 @@ const BadCase kBadCompletions[] = {
     {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
     {R"({"prompt": "x", "frequency_penalty": -3})", "frequency_penalty"},
     {R"({"prompt": "x", "repetition_penalty": 0})", "repetition_penalty"},
+    // The issue's values: (0, 1e-37] overflowed a logit to +inf (HTTP 500); bounds [0.01, 100].
+    {R"({"prompt": "x", "repetition_penalty": 1e-37})", "repetition_penalty"},
+    {R"({"prompt": "x", "repetition_penalty": 1e-45})", "repetition_penalty"},
+    {R"({"prompt": "x", "repetition_penalty": 0.009})", "repetition_penalty"},
+    {R"({"prompt": "x", "repetition_penalty": 101})", "repetition_penalty"},
     {R"({"prompt": "x", "logit_bias": {"100000": 1}})", "logit_bias"},
     {R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias"},
     {R"({"prompt": "x", "logit_bias": {"abc": 1}})", "logit_bias"},
@@ -305,6 +310,22 @@ TEST_F(ProtocolTest, NoOpValuesOfUnsupportedFieldsAndUnknownFieldsAreAccepted) {
   EXPECT_THROW(chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
                ApiError);
   EXPECT_THROW(completion(R"({"prompt": "x", "min_tokens": 3})"), ApiError);
+}
+
+TEST_F(ProtocolTest, TinyTemperatureIsGreedyAndPenaltyBoundsAreAccepted) {
+  // Below 1e-5 is greedy (as vLLM's _SAMPLING_EPS): logits are never divided by 1e-38.
+  EXPECT_TRUE(completion(R"({"prompt": "x", "temperature": 1e-38})").requests[0].sampling.is_greedy());
+  EXPECT_EQ(completion(R"({"prompt": "x", "repetition_penalty": 0.01})").requests[0].sampling.repetition_penalty,
+            0.01f);
+  EXPECT_EQ(completion(R"({"prompt": "x", "repetition_penalty": 100})").requests[0].sampling.repetition_penalty,
+            100.0f);
+  try {
+    completion(R"({"prompt": "x", "repetition_penalty": 1e-37})");
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("[0.01, 100"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(ProtocolTest, CompletionDefaultsAndMapping) {
