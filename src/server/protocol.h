@@ -87,8 +87,11 @@ GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelI
 // POST /v1/chat/completions. Default max_tokens: the rest of the context.
 GenerationPlan parse_chat_request(const nlohmann::json& body, const ModelInfo& model, const std::string& id,
                                   int64_t created);
-// Parses `messages` (array of {role, content: string | [{type: "text", text}] | null}); text
-// parts are joined with "\n" (as vLLM).
+// Parses `messages` (array of {role, content: string | [{type: "text", text}]}); text parts are
+// joined with "\n" (as vLLM). Roles: system, user, assistant, and developer (OpenAI's newer name
+// for system, rendered as system); tool / function and others are 400 naming messages[i].role.
+// content is required (400 naming messages[i].content); tool_calls / function_call on a message
+// are 400 (tools are not supported).
 std::vector<ChatMessage> parse_messages(const nlohmann::json& messages);
 // The model's chat template (server/chat_template.h) applied to `messages` and tokenised per its
 // BOS contract: exactly one BOS when the tokenizer adds one. Throws ApiError 400 (param

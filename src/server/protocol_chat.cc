@@ -7,9 +7,8 @@ namespace pagellm::server {
 
 namespace {
 
-// content: string | null | [{"type": "text", "text": string}, ...] (parts joined by "\n", as vLLM).
+// content: string | [{"type": "text", "text": string}, ...] (parts joined by "\n", as vLLM).
 std::string parse_content(const nlohmann::json* content, const std::string& param) {
-  if (!content || content->is_null()) return "";
   if (content->is_string()) return content->get<std::string>();
   if (!content->is_array()) wrong_type(param, "a string or an array of content parts", *content);
   std::string text;
@@ -44,7 +43,23 @@ std::vector<ChatMessage> parse_messages(const nlohmann::json& messages) {
     if (!role) throw bad_request("each message needs a 'role'", param + ".role");
     if (!role->is_string()) wrong_type(param + ".role", "a string", *role);
     m.role = role->get<std::string>();
-    m.content = parse_content(mf.get("content"), param + ".content");
+    if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system role
+    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      // tool / function results answer tool calls, which this server refuses (tools is in
+      // kUnsupportedFields), and none of its chat templates renders them.
+      throw bad_request(param + ".role '" + m.role.substr(0, 64) +
+                            "' is not supported (expected system, developer, user or assistant)",
+                        param + ".role");
+    }
+    if (const nlohmann::json* calls = mf.get("tool_calls"); calls && !(calls->is_array() && calls->empty())) {
+      throw bad_request("'tool_calls' is not supported by this server", param + ".tool_calls");
+    }
+    if (mf.get("function_call")) {
+      throw bad_request("'function_call' is not supported by this server", param + ".function_call");
+    }
+    const nlohmann::json* content = mf.get("content");
+    if (!content) throw bad_request(param + " needs 'content'", param + ".content");
+    m.content = parse_content(content, param + ".content");
     out.push_back(std::move(m));
   }
   return out;

@@ -125,7 +125,18 @@ const BadCase kBadChats[] = {
     {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
     {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
     {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages[0].content[0].text"},
-    {R"({"messages": [{"role": "robot", "content": "x"}]})", "messages"},
+    {R"({"messages": [{"role": "robot", "content": "x"}]})", "messages[0].role"},
+    {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
+    {R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": null}]})", "messages[1].content"},
+    {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant"}]})", "messages[1].content"},
+    {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]})",
+     "messages[1].tool_calls"},
+    {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "",
+        "function_call": {"name": "f", "arguments": "{}"}}]})", "messages[1].function_call"},
+    {R"({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "42", "tool_call_id": "c1"}]})",
+     "messages[1].role"},
+    {R"({"messages": [{"role": "function", "name": "f", "content": "42"}]})", "messages[0].role"},
     {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
     {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs"},
     {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs"},
@@ -325,6 +336,24 @@ TEST_F(ProtocolTest, TinyTemperatureIsGreedyAndPenaltyBoundsAreAccepted) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status(), 400);
     EXPECT_NE(std::string(e.what()).find("[0.01, 100"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ProtocolTest, DeveloperRoleIsRenderedAsSystem) {
+  const GenerationPlan dev = chat(R"({"messages": [{"role": "developer", "content": "Be brief."},
+      {"role": "user", "content": "Hi"}]})");
+  const GenerationPlan sys = chat(R"({"messages": [{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Hi"}]})");
+  EXPECT_EQ(dev.prompts[0].token_ids, sys.prompts[0].token_ids);
+  EXPECT_EQ(dev.prompts[0].token_ids, tokenize_chat(model(), {{"system", "Be brief."}, {"user", "Hi"}}, true));
+  // An assistant message with an empty tool_calls list is an ordinary message.
+  EXPECT_NO_THROW(chat(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y",
+      "tool_calls": []}, {"role": "user", "content": "z"}]})"));
+  try {
+    chat(R"({"messages": [{"role": "tool", "content": "42", "tool_call_id": "c1"}]})");
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("'tool'"), std::string::npos) << e.what();
   }
 }
 
