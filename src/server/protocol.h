@@ -95,7 +95,8 @@ GenerationPlan parse_chat_request(const nlohmann::json& body, const ModelInfo& m
 std::vector<ChatMessage> parse_messages(const nlohmann::json& messages);
 // The model's chat template (server/chat_template.h) applied to `messages` and tokenised per its
 // BOS contract: exactly one BOS when the tokenizer adds one. Throws ApiError 400 (param
-// "messages") for a role the template cannot render.
+// "messages") for a role the template cannot render, and 400 context_length_exceeded, before
+// rendering, when the contents' bytes alone cannot fit in max_model_len tokens.
 std::vector<int32_t> tokenize_chat(const ModelInfo& model, const std::vector<ChatMessage>& messages,
                                    bool add_generation_prompt);
 
@@ -162,7 +163,8 @@ nlohmann::json chat_logprobs_content(const Tokenizer& tokenizer, std::span<const
 // ---- other endpoints ----
 
 // POST /tokenize: {"prompt", "add_special_tokens"?} or {"messages", "add_generation_prompt"?,
-// "add_special_tokens"?} -> {"tokens", "count", "max_model_len"}.
+// "add_special_tokens"?} -> {"tokens", "count", "max_model_len"}. A prompt whose bytes alone
+// cannot fit in max_model_len tokens is refused (400 context_length_exceeded) untokenised.
 nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& model);
 // POST /detokenize: {"tokens": [ids]} -> {"prompt": text}.
 nlohmann::json detokenize_response(const nlohmann::json& body, const ModelInfo& model);

@@ -7,6 +7,13 @@ namespace pagellm::server {
 
 namespace {
 
+std::string_view trim_ascii_space(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
+}
+
 // content: string | [{"type": "text", "text": string}, ...] (parts joined by "\n", as vLLM).
 std::string parse_content(const nlohmann::json* content, const std::string& param) {
   if (content->is_string()) return content->get<std::string>();
@@ -67,6 +74,12 @@ std::vector<ChatMessage> parse_messages(const nlohmann::json& messages) {
 
 std::vector<int32_t> tokenize_chat(const ModelInfo& model, const std::vector<ChatMessage>& messages,
                                    bool add_generation_prompt) {
+  // Templates may trim each content (Llama 2 / 3, Gemma), so only the trimmed bytes are sure to
+  // reach the prompt.
+  std::vector<std::string_view> contents;
+  contents.reserve(messages.size());
+  for (const ChatMessage& m : messages) contents.push_back(trim_ascii_space(m.content));
+  check_prompt_bytes(contents, added_special_tokens(*model.tokenizer, /*add_special=*/true), model, "messages");
   std::string text;
   try {
     text = apply_chat_template(*model.tokenizer, *model.file, messages, add_generation_prompt);

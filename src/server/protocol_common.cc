@@ -163,9 +163,25 @@ std::vector<int32_t> parse_token_ids(const nlohmann::json& v, int32_t vocab_size
   return ids;
 }
 
-namespace {
+void check_prompt_bytes(std::span<const std::string_view> parts, size_t added_tokens, const ModelInfo& model,
+                        const char* prompt_param) {
+  const size_t at_least = model.tokenizer->min_token_count(parts) + added_tokens;
+  if (at_least < static_cast<size_t>(model.max_model_len)) return;
+  size_t bytes = 0;
+  for (std::string_view part : parts) bytes += part.size();
+  throw bad_request("This model's maximum context length is " + std::to_string(model.max_model_len) +
+                        " tokens. However, the " + prompt_param + " (" + std::to_string(bytes) + " bytes) is at least " +
+                        std::to_string(at_least) + " tokens (no token of this model stands for more than " +
+                        std::to_string(model.tokenizer->max_token_bytes()) + " bytes). Please reduce the length of the " +
+                        prompt_param + ".",
+                    prompt_param, "context_length_exceeded");
+}
 
-// max_tokens for one prompt, or 400 when prompt + max_tokens exceeds the context.
+size_t added_special_tokens(const Tokenizer& tok, bool add_special) {
+  if (!add_special) return 0;
+  return (tok.add_bos() ? 1 : 0) + (tok.add_eos() ? 1 : 0);
+}
+
 int32_t checked_max_tokens(size_t prompt_len, const CommonParams& p, const ModelInfo& model, int64_t default_max,
                            const char* prompt_param) {
   const int64_t ctx = model.max_model_len;
@@ -181,6 +197,8 @@ int32_t checked_max_tokens(size_t prompt_len, const CommonParams& p, const Model
   }
   return static_cast<int32_t>(max_tokens);
 }
+
+namespace {
 
 void validate_sampling(const SamplingParams& s, int32_t vocab_size) {
   try {

@@ -6,6 +6,8 @@ namespace pagellm::server {
 
 namespace {
 
+constexpr int64_t kDefaultMaxTokens = 16;  // OpenAI's default for completions
+
 bool all_of_kind(const nlohmann::json& arr, bool (nlohmann::json::*pred)() const noexcept) {
   for (const nlohmann::json& e : arr) {
     if (!(e.*pred)()) return false;
@@ -14,13 +16,19 @@ bool all_of_kind(const nlohmann::json& arr, bool (nlohmann::json::*pred)() const
 }
 
 PromptPlan text_prompt(const std::string& text, const ModelInfo& model, bool add_special) {
+  const std::string_view parts[] = {text};
+  check_prompt_bytes(parts, added_special_tokens(*model.tokenizer, add_special), model, "prompt");
   PromptPlan p;
   p.text = text;
   p.token_ids = model.tokenizer->encode(text, add_special, /*parse_special=*/true);
   return p;
 }
 
-PromptPlan ids_prompt(const nlohmann::json& ids, const ModelInfo& model) {
+PromptPlan ids_prompt(const nlohmann::json& ids, const ModelInfo& model, const CommonParams& params) {
+  // Too many ids is known from the count: refuse before looking at each.
+  if (ids.is_array() && ids.size() >= static_cast<size_t>(model.max_model_len)) {
+    checked_max_tokens(ids.size(), params, model, kDefaultMaxTokens, "prompt");
+  }
   PromptPlan p;
   p.token_ids = parse_token_ids(ids, model.tokenizer->vocab_size(), "prompt");
   p.text = model.tokenizer->decode(p.token_ids, /*skip_special=*/true);
@@ -28,7 +36,7 @@ PromptPlan ids_prompt(const nlohmann::json& ids, const ModelInfo& model) {
 }
 
 // prompt: string | [string] | [int] | [[int]]; each prompt becomes one PromptPlan.
-std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model) {
+std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model, const CommonParams& params) {
   const nlohmann::json* v = f.get("prompt");
   if (!v) throw bad_request("'prompt' is required", "prompt");
   const bool add_special = f.boolean("add_special_tokens").value_or(true);
@@ -41,9 +49,9 @@ std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model) {
   } else if (all_of_kind(*v, &nlohmann::json::is_string)) {
     for (const nlohmann::json& s : *v) prompts.push_back(text_prompt(s.get<std::string>(), model, add_special));
   } else if (all_of_kind(*v, &nlohmann::json::is_number)) {
-    prompts.push_back(ids_prompt(*v, model));
+    prompts.push_back(ids_prompt(*v, model, params));
   } else if (all_of_kind(*v, &nlohmann::json::is_array)) {
-    for (const nlohmann::json& ids : *v) prompts.push_back(ids_prompt(ids, model));
+    for (const nlohmann::json& ids : *v) prompts.push_back(ids_prompt(ids, model, params));
   } else {
     wrong_type("prompt", kWhat, *v);
   }
@@ -73,8 +81,8 @@ GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelI
   plan.model = model.served_model_name;
   plan.echo = f.boolean("echo").value_or(false);
   plan.logprobs = static_cast<int32_t>(f.integer("logprobs", 0, kMaxLogprobs).value_or(-1));
-  plan.prompts = parse_prompts(f, model);
-  fan_out(&plan, p, model, /*default_max_tokens=*/16, "prompt");
+  plan.prompts = parse_prompts(f, model, p);
+  fan_out(&plan, p, model, kDefaultMaxTokens, "prompt");
   return plan;
 }
 

@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sample/sampling_params.h"
@@ -129,6 +131,19 @@ CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool c
 // prompt field in errors ("prompt" or "messages").
 void fan_out(GenerationPlan* plan, const CommonParams& p, const ModelInfo& model, int64_t default_max_tokens,
              const char* prompt_param);
+
+// 400 context_length_exceeded (param `prompt_param`) when a prompt of which `parts` are disjoint
+// pieces cannot fit in the context, known from its bytes alone before it is tokenised: the
+// Tokenizer's lower bound on its tokens, plus `added_tokens` (BOS / EOS the encoding adds), is
+// >= max_model_len. Linear in the bytes; tokenising a multi-MB prompt only to refuse it is not.
+void check_prompt_bytes(std::span<const std::string_view> parts, size_t added_tokens, const ModelInfo& model,
+                        const char* prompt_param);
+// BOS / EOS that encode(text, add_special, ...) adds.
+size_t added_special_tokens(const Tokenizer& tok, bool add_special);
+// max_tokens for a prompt of `prompt_len` tokens, or 400 context_length_exceeded when prompt +
+// max_tokens exceeds the context. default_max < 0 means "the rest of the context".
+int32_t checked_max_tokens(size_t prompt_len, const CommonParams& p, const ModelInfo& model, int64_t default_max,
+                           const char* prompt_param);
 
 // Token ids checked against the vocabulary; `param` names the field in errors.
 std::vector<int32_t> parse_token_ids(const nlohmann::json& v, int32_t vocab_size, const std::string& param);

@@ -14,6 +14,10 @@ nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& mo
     ids = tokenize_chat(model, parsed, f.boolean("add_generation_prompt").value_or(true));
   } else if (const std::optional<std::string> prompt = f.string("prompt")) {
     const bool add_special = f.boolean("add_special_tokens").value_or(true);
+    // vLLM's /tokenize has no context limit, but a prompt that cannot fit in the context cannot
+    // be sent to this server: refuse it as the generation endpoints do, without tokenising it.
+    const std::string_view parts[] = {*prompt};
+    check_prompt_bytes(parts, added_special_tokens(*model.tokenizer, add_special), model, "prompt");
     ids = model.tokenizer->encode(*prompt, add_special, /*parse_special=*/true);
   } else {
     throw bad_request("'prompt' (a string) or 'messages' is required", "prompt");

@@ -134,6 +134,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   return out;
 }
 
+size_t Tokenizer::min_token_count(std::span<const std::string_view> parts) const {
+  size_t bytes = 0;
+  for (std::string_view part : parts) {
+    for (const char c : part) bytes += byte_needs_token_[static_cast<uint8_t>(c)] ? 1 : 0;
+  }
+  return (bytes + max_token_bytes_ - 1) / max_token_bytes_;
+}
+
 std::string Tokenizer::token_to_piece(int32_t id) const {
   check_id(id);
   const uint32_t attr = vocab_->attr(id);

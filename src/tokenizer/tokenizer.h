@@ -12,6 +12,8 @@
 // A Tokenizer is immutable after loading; encode/decode are const and thread-safe.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -92,6 +94,17 @@ class Tokenizer {
   const std::string& token_text(int32_t id) const;  // throws pagellm::Error when out of range
   std::optional<int32_t> find_token(std::string_view text) const;
 
+  // The most input bytes one token can stand for: the longest token text or piece, in bytes
+  // (computed once at load).
+  size_t max_token_bytes() const { return max_token_bytes_; }
+  // A lower bound on encode(t, ...).size() for any text t that contains `parts` as disjoint
+  // substrings, from their bytes alone (no tokenising, one pass over the bytes): every byte
+  // that the tokenizer cannot drop needs a token, and a token covers at most max_token_bytes()
+  // of them. Bytes it can drop: ASCII whitespace when some special token has the lstrip /
+  // rstrip attribute (it eats any run of it), and bytes without a byte token in a vocabulary
+  // that drops those (gpt2 always, llama when it has no <unk> either). BOS / EOS not counted.
+  size_t min_token_count(std::span<const std::string_view> parts) const;
+
   bool is_spm() const { return spm_ != nullptr; }
   const PreTokenizerSpec& pre_tokenizer_spec() const { return pre_spec_; }  // gpt2 only
 
@@ -99,6 +112,7 @@ class Tokenizer {
   Tokenizer() = default;
   void init(TokenizerConfig& config);
   void resolve_special_ids(const TokenizerConfig& config);
+  void init_length_bound();
   void apply_attr_fixups(const TokenizerConfig& config);
   void encode_text(std::string_view text, bool prefix_space, std::vector<int32_t>* out) const;
   void check_id(int32_t id) const;
@@ -118,6 +132,8 @@ class Tokenizer {
   bool add_space_prefix_ = false;
   bool clean_spaces_ = false;
   std::unordered_set<int32_t> eog_ids_;
+  size_t max_token_bytes_ = 1;
+  std::array<bool, 256> byte_needs_token_{};  // see min_token_count
 };
 
 }  // namespace pagellm

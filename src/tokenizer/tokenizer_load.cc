@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdio>
 #include <utility>
 
 #include "core/error.h"
@@ -11,6 +12,7 @@
 #include "tokenizer/special_tokens.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 #include "tokenizer/vocab.h"
 
 namespace pagellm {
@@ -131,6 +133,29 @@ void Tokenizer::init(TokenizerConfig& c) {
   if (add_eos_ && eos_id_ < 0) throw Error("tokenizer.ggml.add_eos_token is true but there is no EOS token");
   if (spm) spm_ = std::make_unique<SpmTokenizer>(*vocab_, unk_id_);
   specials_ = std::make_unique<SpecialTokenSplitter>(*vocab_);
+  init_length_bound();
+}
+
+// max_token_bytes_ and byte_needs_token_, for min_token_count().
+void Tokenizer::init_length_bound() {
+  bool strips_whitespace = false;
+  max_token_bytes_ = 1;
+  for (int32_t id = 0; id < vocab_->size(); ++id) {
+    max_token_bytes_ = std::max({max_token_bytes_, vocab_->text(id).size(), token_to_piece(id).size()});
+    if (vocab_->has_attr(id, token_attr::kLstrip | token_attr::kRstrip)) strips_whitespace = true;
+  }
+  for (int b = 0; b < 256; ++b) {
+    bool has_token = true;  // a byte with no token of its own is dropped by the BPE / SPM fallback
+    if (bpe_) {
+      has_token = vocab_->find(unicode::byte_to_unicode()[b]) >= 0;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
+      has_token = unk_id_ >= 0 || vocab_->find(hex) >= 0 || vocab_->find(std::string(1, static_cast<char>(b))) >= 0;
+    }
+    const bool eaten = strips_whitespace && std::isspace(b);
+    byte_needs_token_[b] = has_token && !eaten;
+  }
 }
 
 // llama.cpp defaults: llama -> BOS 1, EOS 2, UNK 0; gpt2 -> BOS = EOS = 11 (GPT-2's historic

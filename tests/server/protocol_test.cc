@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <memory>
 
@@ -268,6 +269,87 @@ TEST_F(ProtocolTest, ContextOverflowNamesCodeAndLengths) {
   }
   // 5 prompt tokens + 507 = 512 fits exactly.
   EXPECT_EQ(completion(R"({"prompt": "Once upon a time", "max_tokens": 507})").requests[0].max_tokens, 507);
+}
+
+TEST_F(ProtocolTest, MultiMegabytePromptIsRefusedBeforeTokenising) {
+  std::string big;
+  while (big.size() < (4u << 20)) big += "Once upon a time, there was a little girl. ";
+  auto expect_refused = [](const std::function<void()>& call, const char* param) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.code().value_or(""), "context_length_exceeded");
+      EXPECT_EQ(e.param().value_or(""), param);
+      // "at least": the early refusal, from the bytes (the token count is not known).
+      EXPECT_NE(std::string(e.what()).find("is at least"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("maximum context length is 512"), std::string::npos) << e.what();
+    }
+  };
+  const nlohmann::json prompt{{"prompt", big}};
+  expect_refused([&] { parse_completion_request(prompt, model(), "cmpl-x", 0); }, "prompt");
+  expect_refused([&] { parse_completion_request(nlohmann::json{{"prompt", {"x", big}}}, model(), "cmpl-x", 0); },
+                 "prompt");
+  expect_refused([&] { tokenize_response(prompt, model()); }, "prompt");
+  // Chat: the contents' total counts, even when each message alone would fit.
+  nlohmann::json messages = nlohmann::json::array();
+  for (int i = 0; i < 2; ++i) messages.push_back({{"role", "user"}, {"content", big.substr(0, 2u << 20)}});
+  expect_refused([&] { parse_chat_request(nlohmann::json{{"messages", messages}}, model(), "chatcmpl-x", 0); },
+                 "messages");
+  expect_refused([&] { tokenize_response(nlohmann::json{{"messages", messages}}, model()); }, "messages");
+
+  // Token ids: too many is refused before the ids are checked (the last one is invalid).
+  std::vector<int64_t> ids(1000000, 1);
+  ids.back() = 99999;
+  try {
+    parse_completion_request(nlohmann::json{{"prompt", ids}}, model(), "cmpl-x", 0);
+    FAIL() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.code().value_or(""), "context_length_exceeded") << e.what();
+    EXPECT_NE(std::string(e.what()).find("1000000 in the prompt"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ProtocolTest, ByteBoundNeverExceedsTheRealTokenCount) {
+  // The early refusal must never refuse a prompt that fits: the bound is <= the real count.
+  const std::vector<std::string> texts = {
+      "Once upon a time",  std::string(3000, ' '), std::string(3000, 'a'), "<s></s><unk>\xe2\x96\x81\xe2\x96\x81",
+      "\xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87 ok", std::string(2000, '\n') + "x"};
+  for (const std::string& t : texts) {
+    SCOPED_TRACE(t.substr(0, 20));
+    const std::string_view parts[] = {t};
+    EXPECT_LE(tok_->min_token_count(parts), tok_->encode(t, false, true).size());
+  }
+  // The same on the vocabularies of tests/tokenizer (SPM and BPE, Phi-3's whitespace-eating
+  // special tokens), over their test inputs and runs of whitespace around special tokens.
+  for (const char* name : {"llama-spm", "phi-3", "gpt-2", "deepseek-coder", "falcon", "mpt", "refact", "starcoder"}) {
+    SCOPED_TRACE(name);
+    const std::string path = test::testdata(std::string("vocab/ggml-vocab-") + name + ".gguf");
+    const std::unique_ptr<GgufFile> file = GgufFile::open(path);
+    const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*file);
+    std::ifstream in(path + ".inp");
+    const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::string> inputs;
+    for (size_t b = 0;;) {
+      const size_t e = all.find("\n__ggml_vocab_test__\n", b);
+      inputs.push_back(all.substr(b, e == std::string::npos ? std::string::npos : e - b));
+      if (e == std::string::npos) break;
+      b = e + 21;
+    }
+    ASSERT_GT(inputs.size(), 20u);
+    for (const char* special : {"<|end|>", "<|endoftext|>", "</s>", "<s>", "<|assistant|>"}) {
+      inputs.push_back(std::string(100, ' ') + special + std::string(500, ' ') + special + std::string(300, '\n'));
+    }
+    for (const std::string& t : inputs) {
+      const std::string_view parts[] = {t};
+      EXPECT_LE(tok->min_token_count(parts), tok->encode(t, false, true).size()) << t.substr(0, 40);
+    }
+  }
+  // A prompt just under the context is not refused by the bound: 500 tokens of text fit.
+  std::string text;
+  while (tok_->encode(text, true, true).size() < 500) text += " Lily";
+  EXPECT_NO_THROW(completion(nlohmann::json{{"prompt", text}, {"max_tokens", 1}}.dump()));
 }
 
 // Values each asking for something (none is a no-op for any row of the table).
