@@ -105,6 +105,12 @@ std::vector<int32_t> tokenize_chat(const ModelInfo& model, const std::vector<Cha
 nlohmann::json parse_json_body(const std::string& body);
 // Serialises a response body; invalid UTF-8 (possible in token pieces) becomes U+FFFD.
 std::string dump_json(const nlohmann::json& j);
+std::string dump_json(const nlohmann::ordered_json& j);
+
+// Response bodies keep their fields in insertion order, as OpenAI and vLLM write them (id,
+// object, created, model, choices, usage; top_logprobs best first), which nlohmann::json (a
+// std::map per object) cannot. Converting one to nlohmann::json sorts its keys again.
+using ResponseJson = nlohmann::ordered_json;
 
 // ---- responses ----
 
@@ -126,38 +132,38 @@ struct Usage {
 };
 Usage plan_usage(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices);
 // {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}
-nlohmann::json usage_json(const Usage& usage);
+ResponseJson usage_json(const Usage& usage);
 // Sets plan.cached_tokens, and with best_of > n keeps per prompt the n sequences with the highest
 // cumulative logprob (ties: lower index), counting the others in discarded_completion_tokens.
 // `all` holds prompts.size() * best_of results in plan order.
 std::vector<ChoiceResult> select_best_of(GenerationPlan& plan, std::vector<ChoiceResult> all);
 
 // Non-streamed bodies: object "text_completion" / "chat.completion". choices[i] is choice i.
-nlohmann::json completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
+ResponseJson completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
                                    const Tokenizer& tokenizer);
-nlohmann::json chat_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
+ResponseJson chat_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
                              const Tokenizer& tokenizer);
 
 // Streamed chunks. Completions: object "text_completion", choices [{index, text, logprobs,
 // finish_reason, stop_reason}]. Chat: object "chat.completion.chunk", choices [{index, delta,
 // logprobs, finish_reason, stop_reason}]. With include_usage every chunk carries "usage": null.
-nlohmann::json completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
-                                nlohmann::json logprobs, const std::optional<std::string>& finish_reason,
+ResponseJson completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
+                              ResponseJson logprobs, const std::optional<std::string>& finish_reason,
                                 const std::optional<std::string>& stop_reason);
-nlohmann::json chat_chunk(const GenerationPlan& plan, int32_t index, nlohmann::json delta, nlohmann::json logprobs,
+ResponseJson chat_chunk(const GenerationPlan& plan, int32_t index, ResponseJson delta, ResponseJson logprobs,
                           const std::optional<std::string>& finish_reason,
                           const std::optional<std::string>& stop_reason);
 // The final chunk of stream_options.include_usage: empty choices and the usage.
-nlohmann::json usage_chunk(const GenerationPlan& plan, const Usage& usage);
+ResponseJson usage_chunk(const GenerationPlan& plan, const Usage& usage);
 
 // Legacy completions logprobs {tokens, token_logprobs, top_logprobs, text_offset}.
 // `echoed` prompt tokens come first with null token_logprobs and top_logprobs (we do not compute
 // prompt logprobs). text_offset: byte offset in the choice's text, starting at *offset and
 // advancing by each token's piece length (updated, for the next streamed chunk).
-nlohmann::json completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
+ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
                                    std::span<const SampleResult> sampled, size_t* offset);
 // Chat logprobs content [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}].
-nlohmann::json chat_logprobs_content(const Tokenizer& tokenizer, std::span<const SampleResult> sampled,
+ResponseJson chat_logprobs_content(const Tokenizer& tokenizer, std::span<const SampleResult> sampled,
                                      int32_t top_logprobs);
 
 // ---- other endpoints ----
@@ -165,11 +171,11 @@ nlohmann::json chat_logprobs_content(const Tokenizer& tokenizer, std::span<const
 // POST /tokenize: {"prompt", "add_special_tokens"?} or {"messages", "add_generation_prompt"?,
 // "add_special_tokens"?} -> {"tokens", "count", "max_model_len"}. A prompt whose bytes alone
 // cannot fit in max_model_len tokens is refused (400 context_length_exceeded) untokenised.
-nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& model);
+ResponseJson tokenize_response(const nlohmann::json& body, const ModelInfo& model);
 // POST /detokenize: {"tokens": [ids]} -> {"prompt": text}.
-nlohmann::json detokenize_response(const nlohmann::json& body, const ModelInfo& model);
+ResponseJson detokenize_response(const nlohmann::json& body, const ModelInfo& model);
 // GET /v1/models: one model, `created` Unix seconds.
-nlohmann::json models_response(const ModelInfo& model, int64_t created);
+ResponseJson models_response(const ModelInfo& model, int64_t created);
 
 // A fresh id: prefix + 32 random hex digits.
 std::string random_id(const std::string& prefix);

@@ -115,18 +115,18 @@ GenerationPlan parse_chat_request(const nlohmann::json& body, const ModelInfo& m
   return plan;
 }
 
-nlohmann::json chat_logprobs_content(const Tokenizer& tokenizer, std::span<const SampleResult> sampled,
+ResponseJson chat_logprobs_content(const Tokenizer& tokenizer, std::span<const SampleResult> sampled,
                                      int32_t top_logprobs) {
   auto entry = [&](int32_t id, float logprob) {
     const std::string piece = tokenizer.token_to_piece(id);
-    nlohmann::json bytes = nlohmann::json::array();
+    ResponseJson bytes = ResponseJson::array();
     for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
-    return nlohmann::json{{"token", piece}, {"logprob", json_logprob(logprob)}, {"bytes", std::move(bytes)}};
+    return ResponseJson{{"token", piece}, {"logprob", json_logprob(logprob)}, {"bytes", std::move(bytes)}};
   };
-  nlohmann::json content = nlohmann::json::array();
+  ResponseJson content = ResponseJson::array();
   for (const SampleResult& s : sampled) {
-    nlohmann::json e = entry(s.token_id, s.logprob);
-    nlohmann::json top = nlohmann::json::array();
+    ResponseJson e = entry(s.token_id, s.logprob);
+    ResponseJson top = ResponseJson::array();
     for (size_t k = 0; k < s.top_logprobs.size() && static_cast<int32_t>(k) < top_logprobs; ++k) {
       top.push_back(entry(s.top_logprobs[k].token_id, s.top_logprobs[k].logprob));
     }
@@ -136,12 +136,12 @@ nlohmann::json chat_logprobs_content(const Tokenizer& tokenizer, std::span<const
   return content;
 }
 
-nlohmann::json chat_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
+ResponseJson chat_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
                              const Tokenizer& tokenizer) {
-  nlohmann::json out = nlohmann::json::array();
+  ResponseJson out = ResponseJson::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
-    nlohmann::json logprobs = nullptr;
+    ResponseJson logprobs = nullptr;
     if (plan.logprobs >= 0) logprobs = {{"content", chat_logprobs_content(tokenizer, c.logprobs, plan.logprobs)}};
     out.push_back({{"index", i},
                    {"message", {{"role", "assistant"}, {"content", c.text}}},
@@ -158,19 +158,19 @@ nlohmann::json chat_response(const GenerationPlan& plan, const std::vector<Choic
           {"usage", usage_json(u)}};
 }
 
-nlohmann::json chat_chunk(const GenerationPlan& plan, int32_t index, nlohmann::json delta, nlohmann::json logprobs,
+ResponseJson chat_chunk(const GenerationPlan& plan, int32_t index, ResponseJson delta, ResponseJson logprobs,
                           const std::optional<std::string>& finish_reason,
                           const std::optional<std::string>& stop_reason) {
-  nlohmann::json choice = {{"index", index},
+  ResponseJson choice = {{"index", index},
                            {"delta", std::move(delta)},
                            {"logprobs", std::move(logprobs)},
                            {"finish_reason", optional_json(finish_reason)},
                            {"stop_reason", optional_json(stop_reason)}};
-  nlohmann::json chunk = {{"id", plan.id},
+  ResponseJson chunk = {{"id", plan.id},
                           {"object", "chat.completion.chunk"},
                           {"created", plan.created},
                           {"model", plan.model},
-                          {"choices", nlohmann::json::array({std::move(choice)})}};
+                          {"choices", ResponseJson::array({std::move(choice)})}};
   if (plan.include_usage) chunk["usage"] = nullptr;
   return chunk;
 }

@@ -269,7 +269,7 @@ Usage plan_usage(const GenerationPlan& plan, const std::vector<ChoiceResult>& ch
   return u;
 }
 
-nlohmann::json usage_json(const Usage& u) {
+ResponseJson usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
@@ -308,10 +308,10 @@ std::vector<ChoiceResult> select_best_of(GenerationPlan& plan, std::vector<Choic
 }
 
 std::string error_body(const ApiError& e) {
-  nlohmann::json err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
+  ResponseJson err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
   if (e.param()) err["param"] = *e.param();
   if (e.code()) err["code"] = *e.code();
-  return dump_json(nlohmann::json{{"error", std::move(err)}});
+  return dump_json(ResponseJson{{"error", std::move(err)}});
 }
 
 namespace {
@@ -364,6 +364,10 @@ nlohmann::json parse_json_body(const std::string& body) {
 
 std::string dump_json(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string dump_json(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string random_id(const std::string& prefix) {

@@ -86,10 +86,10 @@ GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelI
   return plan;
 }
 
-nlohmann::json completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
+ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
                                    std::span<const SampleResult> sampled, size_t* offset) {
-  nlohmann::json tokens = nlohmann::json::array(), token_logprobs = nlohmann::json::array();
-  nlohmann::json top = nlohmann::json::array(), text_offset = nlohmann::json::array();
+  ResponseJson tokens = ResponseJson::array(), token_logprobs = ResponseJson::array();
+  ResponseJson top = ResponseJson::array(), text_offset = ResponseJson::array();
   auto add_token = [&](int32_t id) {
     std::string piece = tokenizer.token_to_piece(id);
     text_offset.push_back(*offset);
@@ -104,25 +104,32 @@ nlohmann::json completion_logprobs(const Tokenizer& tokenizer, std::span<const i
   for (const SampleResult& s : sampled) {
     add_token(s.token_id);
     token_logprobs.push_back(json_logprob(s.logprob));
-    // The top-k map plus the sampled token, as vLLM returns (k + 1 entries at most).
-    nlohmann::json m = nlohmann::json::object();
-    for (const TokenLogprob& t : s.top_logprobs) m[tokenizer.token_to_piece(t.token_id)] = json_logprob(t.logprob);
-    m[tokenizer.token_to_piece(s.token_id)] = json_logprob(s.logprob);
+    // The top-k map plus the sampled token, as vLLM returns (k + 1 entries at most), best first
+    // (as OpenAI and vLLM order them; top_logprobs is sorted, and the sampled token, when not
+    // among them, is no better than any). Two tokens with the same piece keep the better one.
+    ResponseJson m = ResponseJson::object();
+    auto add = [&](int32_t id, float logprob) {
+      std::string piece = tokenizer.token_to_piece(id);
+      if (!m.contains(piece)) m[std::move(piece)] = json_logprob(logprob);
+    };
+    for (const TokenLogprob& t : s.top_logprobs) add(t.token_id, t.logprob);
+    add(s.token_id, s.logprob);
     top.push_back(std::move(m));
   }
-  return {{"tokens", std::move(tokens)},
+  // OpenAI's field order (vLLM's CompletionLogProbs too).
+  return {{"text_offset", std::move(text_offset)},
           {"token_logprobs", std::move(token_logprobs)},
-          {"top_logprobs", std::move(top)},
-          {"text_offset", std::move(text_offset)}};
+          {"tokens", std::move(tokens)},
+          {"top_logprobs", std::move(top)}};
 }
 
-nlohmann::json completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
+ResponseJson completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
                                    const Tokenizer& tokenizer) {
-  nlohmann::json out = nlohmann::json::array();
+  ResponseJson out = ResponseJson::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
     const PromptPlan& prompt = plan.prompts[i / static_cast<size_t>(plan.n)];
-    nlohmann::json logprobs = nullptr;
+    ResponseJson logprobs = nullptr;
     if (plan.logprobs >= 0) {
       size_t offset = 0;
       std::span<const int32_t> echoed;
@@ -144,29 +151,29 @@ nlohmann::json completion_response(const GenerationPlan& plan, const std::vector
           {"usage", usage_json(u)}};
 }
 
-nlohmann::json completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
-                                nlohmann::json logprobs, const std::optional<std::string>& finish_reason,
+ResponseJson completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
+                                ResponseJson logprobs, const std::optional<std::string>& finish_reason,
                                 const std::optional<std::string>& stop_reason) {
-  nlohmann::json choice = {{"index", index},
+  ResponseJson choice = {{"index", index},
                            {"text", text},
                            {"logprobs", std::move(logprobs)},
                            {"finish_reason", optional_json(finish_reason)},
                            {"stop_reason", optional_json(stop_reason)}};
-  nlohmann::json chunk = {{"id", plan.id},
+  ResponseJson chunk = {{"id", plan.id},
                           {"object", "text_completion"},
                           {"created", plan.created},
                           {"model", plan.model},
-                          {"choices", nlohmann::json::array({std::move(choice)})}};
+                          {"choices", ResponseJson::array({std::move(choice)})}};
   if (plan.include_usage) chunk["usage"] = nullptr;
   return chunk;
 }
 
-nlohmann::json usage_chunk(const GenerationPlan& plan, const Usage& u) {
+ResponseJson usage_chunk(const GenerationPlan& plan, const Usage& u) {
   return {{"id", plan.id},
           {"object", plan.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
           {"created", plan.created},
           {"model", plan.model},
-          {"choices", nlohmann::json::array()},
+          {"choices", ResponseJson::array()},
           {"usage", usage_json(u)}};
 }
 

@@ -152,8 +152,8 @@ std::vector<int32_t> parse_token_ids(const nlohmann::json& v, int32_t vocab_size
 double json_logprob(float logprob);
 
 // A string, or null.
-inline nlohmann::json optional_json(const std::optional<std::string>& s) {
-  return s ? nlohmann::json(*s) : nlohmann::json(nullptr);
+inline ResponseJson optional_json(const std::optional<std::string>& s) {
+  return s ? ResponseJson(*s) : ResponseJson(nullptr);
 }
 
 }  // namespace pagellm::server

@@ -5,7 +5,7 @@
 
 namespace pagellm::server {
 
-nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& model) {
+ResponseJson tokenize_response(const nlohmann::json& body, const ModelInfo& model) {
   const Fields f(body);
   check_model(f, model);
   std::vector<int32_t> ids;
@@ -26,7 +26,7 @@ nlohmann::json tokenize_response(const nlohmann::json& body, const ModelInfo& mo
   return {{"tokens", std::move(ids)}, {"count", count}, {"max_model_len", model.max_model_len}};
 }
 
-nlohmann::json detokenize_response(const nlohmann::json& body, const ModelInfo& model) {
+ResponseJson detokenize_response(const nlohmann::json& body, const ModelInfo& model) {
   const Fields f(body);
   check_model(f, model);
   const nlohmann::json* tokens = f.get("tokens");
@@ -36,15 +36,15 @@ nlohmann::json detokenize_response(const nlohmann::json& body, const ModelInfo& 
   return {{"prompt", model.tokenizer->decode(ids, /*skip_special=*/true)}};
 }
 
-nlohmann::json models_response(const ModelInfo& model, int64_t created) {
-  nlohmann::json card = {{"id", model.served_model_name},
+ResponseJson models_response(const ModelInfo& model, int64_t created) {
+  ResponseJson card = {{"id", model.served_model_name},
                          {"object", "model"},
                          {"created", created},
                          {"owned_by", "pagellm"},
                          {"root", model.served_model_name},
                          {"parent", nullptr},
                          {"max_model_len", model.max_model_len}};
-  return {{"object", "list"}, {"data", nlohmann::json::array({std::move(card)})}};
+  return {{"object", "list"}, {"data", ResponseJson::array({std::move(card)})}};
 }
 
 }  // namespace pagellm::server

@@ -554,6 +554,70 @@ TEST_F(ProtocolTest, CompletionResponseShape) {
                                          {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
 }
 
+// Position of `needle` in `text` (npos fails the comparisons that use it).
+size_t pos(const std::string& text, const std::string& needle) {
+  const size_t p = text.find(needle);
+  EXPECT_NE(p, std::string::npos) << needle << " not in " << text;
+  return p;
+}
+
+TEST_F(ProtocolTest, TopLogprobsAreBestFirstAndFieldsInOpenAIOrder) {
+  // Four tokens with distinct non-empty pieces, given logprobs in reverse alphabetical order of
+  // their pieces (a std::map would print them alphabetically, i.e. worst first).
+  std::vector<std::pair<std::string, int32_t>> by_piece;
+  for (int32_t id = 0; id < tok_->vocab_size() && by_piece.size() < 4; ++id) {
+    const std::string piece = tok_->token_to_piece(id);
+    if (piece.size() < 2 || piece.find_first_of("\"\\") != std::string::npos) continue;
+    if (std::any_of(piece.begin(), piece.end(), [](char ch) { return ch < 0x20 || ch > 0x7e; })) continue;
+    if (std::any_of(by_piece.begin(), by_piece.end(), [&](const auto& e) { return e.first == piece; })) continue;
+    by_piece.emplace_back(piece, id);
+  }
+  ASSERT_EQ(by_piece.size(), 4u);
+  std::sort(by_piece.begin(), by_piece.end());
+  SampleResult s{by_piece[0].second, -4.0f, 4, {}};  // sampled: the worst, alphabetically first
+  for (int k = 0; k < 3; ++k) s.top_logprobs.push_back({by_piece[3 - k].second, -1.0f - static_cast<float>(k)});
+  GenerationPlan p = completion(R"({"prompt": "Once", "logprobs": 3})");
+  ChoiceResult c;
+  c.token_ids = {s.token_id};
+  c.text = by_piece[0].first;
+  c.finish_reason = "length";
+  c.logprobs = {s};
+  const std::string body = dump_json(completion_response(p, {c}, *tok_));
+  const size_t top = pos(body, "\"top_logprobs\":[{");
+  size_t last = top;
+  for (int k = 3; k >= 0; --k) {  // best (alphabetically last) first
+    const size_t at = pos(body.substr(top), "\"" + by_piece[k].first + "\":") + top;
+    EXPECT_GT(at, last) << body;
+    last = at;
+  }
+  // Top-level and choice fields in OpenAI's order.
+  EXPECT_LT(pos(body, "\"id\""), pos(body, "\"object\""));
+  EXPECT_LT(pos(body, "\"object\""), pos(body, "\"created\""));
+  EXPECT_LT(pos(body, "\"created\""), pos(body, "\"model\""));
+  EXPECT_LT(pos(body, "\"model\""), pos(body, "\"choices\""));
+  EXPECT_LT(pos(body, "\"choices\""), pos(body, "\"usage\""));
+  EXPECT_LT(pos(body, "\"index\""), pos(body, "\"text\""));
+  EXPECT_LT(pos(body, "\"text_offset\""), pos(body, "\"token_logprobs\""));
+  EXPECT_LT(pos(body, "\"prompt_tokens\""), pos(body, "\"completion_tokens\""));
+  // The same order in a streamed chunk's logprobs as built here.
+  size_t offset = 0;
+  const std::string chunk = dump_json(completion_chunk(p, 0, "x", completion_logprobs(*tok_, {}, {&s, 1}, &offset),
+                                                       std::nullopt, std::nullopt));
+  EXPECT_LT(pos(chunk, "\"" + by_piece[3].first + "\":"), pos(chunk, "\"" + by_piece[0].first + "\":")) << chunk;
+  EXPECT_LT(pos(chunk, "\"id\""), pos(chunk, "\"choices\""));
+  // Chat: top_logprobs is an array (already ordered); the body's fields in OpenAI's order.
+  GenerationPlan cp = chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 3})");
+  const std::string chat_body = dump_json(chat_response(cp, {c}, *tok_));
+  EXPECT_LT(pos(chat_body, "\"id\""), pos(chat_body, "\"object\""));
+  EXPECT_LT(pos(chat_body, "\"choices\""), pos(chat_body, "\"usage\""));
+  EXPECT_LT(pos(chat_body, "\"role\""), pos(chat_body, "\"content\""));
+  const std::string chat_top = chat_body.substr(pos(chat_body, "\"top_logprobs\""));
+  EXPECT_LT(pos(chat_top, "\"" + by_piece[3].first + "\""), pos(chat_top, "\"" + by_piece[1].first + "\""));
+  // Error bodies: message, type, param, code.
+  const std::string err = error_body(bad_request("m", "p", "c"));
+  EXPECT_EQ(err, R"({"error":{"message":"m","type":"invalid_request_error","param":"p","code":"c"}})");
+}
+
 TEST_F(ProtocolTest, BestOfFansOutOneParallelGroupPerPromptAndKeepsTheMostLikely) {
   GenerationPlan plan = completion(R"({"prompt": ["a", "b"], "n": 2, "best_of": 3, "seed": 10, "cache_salt": "t1"})");
   ASSERT_EQ(plan.requests.size(), 6u);
