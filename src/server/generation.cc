@@ -120,7 +120,7 @@ void GenerationCall::stream_preamble() {
       ex_->write(sse_event(chat_chunk(plan_, index, {{"role", "assistant"}, {"content", ""}}, nullptr, {}, {})));
     } else if (plan_.echo) {
       const PromptPlan& prompt = plan_.prompts[i / static_cast<size_t>(plan_.n)];
-      nlohmann::json logprobs = nullptr;
+      ResponseJson logprobs = nullptr;
       if (plan_.logprobs >= 0) logprobs = completion_logprobs(tok_, prompt.token_ids, {}, &choices_[i].text_offset);
       ex_->write(sse_event(completion_chunk(plan_, index, prompt.text, std::move(logprobs), {}, {})));
     }
@@ -138,13 +138,13 @@ void GenerationCall::stream_output(size_t index, const RequestOutput& out) {
   }
   const auto i = static_cast<int32_t>(index);
   if (plan_.endpoint == Endpoint::kChat) {
-    nlohmann::json delta = nlohmann::json::object();
+    ResponseJson delta = ResponseJson::object();
     if (!out.delta_text.empty() || with_logprobs) delta["content"] = out.delta_text;
-    nlohmann::json logprobs = nullptr;
+    ResponseJson logprobs = nullptr;
     if (with_logprobs) logprobs = {{"content", chat_logprobs_content(tok_, out.new_logprobs, plan_.logprobs)}};
     ex_->write(sse_event(chat_chunk(plan_, i, std::move(delta), std::move(logprobs), finish_reason, stop_reason)));
   } else {
-    nlohmann::json logprobs = nullptr;
+    ResponseJson logprobs = nullptr;
     if (with_logprobs) logprobs = completion_logprobs(tok_, {}, out.new_logprobs, &c.text_offset);
     ex_->write(sse_event(completion_chunk(plan_, i, out.delta_text, std::move(logprobs), finish_reason, stop_reason)));
   }
@@ -177,7 +177,7 @@ void GenerationCall::fail(const std::string& message) {
                message.c_str());
   const ApiError err(500, message, "server_error", std::nullopt, "generation_failed");
   if (plan_.stream) {
-    ex_->write(sse_event(nlohmann::json::parse(error_body(err))));
+    ex_->write("data: " + error_body(err) + "\n\n");  // the error body as one event
     ex_->write(sse_done());
     ex_->finish_stream();
     return;

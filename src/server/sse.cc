@@ -2,12 +2,20 @@
 
 namespace pagellm::server {
 
-std::string sse_event(const nlohmann::json& chunk) {
+namespace {
+
+template <class Json>
+std::string event_of(const Json& chunk) {
   std::string s = "data: ";
-  s += chunk.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  s += chunk.dump(-1, ' ', false, Json::error_handler_t::replace);
   s += "\n\n";
   return s;
 }
+
+}  // namespace
+
+std::string sse_event(const nlohmann::json& chunk) { return event_of(chunk); }
+std::string sse_event(const nlohmann::ordered_json& chunk) { return event_of(chunk); }
 
 std::string sse_done() { return "data: [DONE]\n\n"; }
 

@@ -13,6 +13,7 @@ namespace pagellm::server {
 
 // "data: " + compact JSON (invalid UTF-8 replaced by U+FFFD) + "\n\n". JSON has no raw newline.
 std::string sse_event(const nlohmann::json& chunk);
+std::string sse_event(const nlohmann::ordered_json& chunk);  // keeps the chunk's field order
 // "data: [DONE]\n\n".
 std::string sse_done();
 

@@ -175,6 +175,43 @@ TEST(ServeHardening, SmallRoutesClientsExpect) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// Completions top_logprobs are best first (OpenAI's and vLLM's order), streamed and not: the
+// order of the keys as sent, read with an order-preserving JSON.
+TEST(ServeHardening, CompletionsTopLogprobsAreBestFirst) {
+  ServerProcess server({});
+  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"logprobs", 5}, {"temperature", 1.0},
+                     {"seed", 7}};
+  auto check = [](const nlohmann::ordered_json& logprobs, int* entries) {
+    for (const auto& top : logprobs["top_logprobs"]) {
+      double prev = 1;
+      for (const auto& [piece, lp] : top.items()) {
+        EXPECT_LE(lp.get<double>(), prev) << top.dump();
+        prev = lp.get<double>();
+        ++*entries;
+      }
+    }
+  };
+  int entries = 0;
+  const HttpResult whole = http(server.port(), "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  check(nlohmann::ordered_json::parse(whole.body)["choices"][0]["logprobs"], &entries);
+  json streamed = body;
+  streamed["stream"] = true;
+  const HttpResult st = http(server.port(), "POST", "/v1/completions", streamed.dump());
+  ASSERT_EQ(st.status, 200);
+  size_t at = 0;
+  while ((at = st.body.find("data: {", at)) != std::string::npos) {
+    const size_t end = st.body.find("\n\n", at);
+    const auto chunk = nlohmann::ordered_json::parse(st.body.substr(at + 6, end - at - 6));
+    if (!chunk["choices"].empty() && !chunk["choices"][0]["logprobs"].is_null()) {
+      check(chunk["choices"][0]["logprobs"], &entries);
+    }
+    at = end;
+  }
+  EXPECT_GE(entries, 2 * 8 * 5);  // 5 or 6 entries per token, both ways
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // The default body limit comes from the model's context: 1 MiB + 64 bytes per token.
 TEST(ServeHardening, DefaultBodyLimitFollowsTheContext) {
   ServerProcess server({});
