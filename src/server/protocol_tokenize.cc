@@ -32,8 +32,10 @@ ResponseJson detokenize_response(const nlohmann::json& body, const ModelInfo& mo
   const nlohmann::json* tokens = f.get("tokens");
   if (!tokens) throw bad_request("'tokens' is required", "tokens");
   const std::vector<int32_t> ids = parse_token_ids(*tokens, model.tokenizer->vocab_size(), "tokens");
-  // As llama.cpp's detokenize: a leading BOS is dropped, special tokens render as "".
-  return {{"prompt", model.tokenizer->decode(ids, /*skip_special=*/true)}};
+  // The inverse of /tokenize (with add_special_tokens, its default): the BOS / EOS that
+  // tokenising adds are dropped, other special tokens render as their text (as vLLM's), and no
+  // space is gained or lost (Tokenizer::decode_text; llama.cpp's detokenize differs there).
+  return {{"prompt", model.tokenizer->decode_text(ids, /*add_special=*/true)}};
 }
 
 ResponseJson models_response(const ModelInfo& model, int64_t created) {

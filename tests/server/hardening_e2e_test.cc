@@ -175,6 +175,27 @@ TEST(ServeHardening, SmallRoutesClientsExpect) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// /tokenize then /detokenize gives back the text: no space gained after BOS or lost around
+// special tokens.
+TEST(ServeHardening, TokenizeThenDetokenizeIsTheIdentity) {
+  ServerProcess server({});
+  const int port = server.port();
+  for (const std::string text : {"Hello world", " Hello", "  two leading spaces", "Once upon a time.", "</s>after",
+                                 "a <s> b </s> c", "trailing space ", "line\nbreak", "\xe2\x82\xac euro"}) {
+    SCOPED_TRACE(text);
+    for (const bool add_special : {true, false}) {
+      const HttpResult t =
+          http(port, "POST", "/tokenize", json{{"prompt", text}, {"add_special_tokens", add_special}}.dump());
+      ASSERT_EQ(t.status, 200) << t.body;
+      const json ids = json::parse(t.body)["tokens"];
+      const HttpResult d = http(port, "POST", "/detokenize", json{{"tokens", ids}}.dump());
+      ASSERT_EQ(d.status, 200) << d.body;
+      EXPECT_EQ(json::parse(d.body)["prompt"], text) << "add_special_tokens " << add_special << ", ids " << ids.dump();
+    }
+  }
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // Completions top_logprobs are best first (OpenAI's and vLLM's order), streamed and not: the
 // order of the keys as sent, read with an order-preserving JSON.
 TEST(ServeHardening, CompletionsTopLogprobsAreBestFirst) {
