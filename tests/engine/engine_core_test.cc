@@ -218,12 +218,12 @@ TEST(EngineCore, RejectsBadRequests) {
 // Text held back at the end of a request (a proper prefix of a stop string, or the first bytes of
 // a UTF-8 character) is released when the request ends by max_tokens, EOS or a stop token id:
 // in the streamed deltas (their concatenation) and in the final output. The tokens are forced
-// with logit_bias: `first` wins step 1 (+100), then a repetition penalty of 1000 brings it to
-// ~0.1 and `second` (+50) wins step 2. Neither is in the prompt.
+// with logit_bias: `first` wins step 1 (+100), then a repetition penalty of 100 (the largest
+// allowed) brings it to ~1 and `second` (+50) wins step 2. Neither is in the prompt.
 EngineRequest forced(const std::string& id, int32_t first, int32_t second, int32_t max_tokens) {
   EngineRequest r = greedy(id, {1, 403, 407}, max_tokens);
   r.sampling.logit_bias = {{first, 100.0f}, {second, 50.0f}};
-  r.sampling.repetition_penalty = 1000.0f;
+  r.sampling.repetition_penalty = 100.0f;
   return r;
 }
 
