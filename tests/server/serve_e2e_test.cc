@@ -170,27 +170,9 @@ TEST(ServeE2E, OversizedBodyIs413) {
 TEST(ServeE2E, FullWaitingQueueIs429WithRetryAfter) {
   ServerProcess server({"--max-waiting", "1", "--max-num-seqs", "1"});
   constexpr int kClients = 24;
-  std::vector<HttpResult> results(kClients);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kClients; ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = http(server.port(), "POST", "/v1/completions",
-                        R"({"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true})");
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  int ok = 0, limited = 0;
-  for (const HttpResult& r : results) {
-    if (r.status == 200) ++ok;
-    if (r.status == 429) {
-      ++limited;
-      EXPECT_EQ(r.headers.at("retry-after"), "1");
-      EXPECT_EQ(json::parse(r.body)["error"]["code"], "rate_limit_exceeded");
-    }
-  }
-  EXPECT_EQ(ok + limited, kClients);
-  EXPECT_GE(ok, 1);
-  EXPECT_GE(limited, 1);
+  expect_served_or_rate_limited(
+      http_concurrently(server.port(), kClients, "POST", "/v1/completions",
+                        R"({"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true})"));
   EXPECT_TRUE(wait_all_blocks_free(server.port()));
   EXPECT_EQ(http(server.port(), "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})").status, 200);
   EXPECT_EQ(server.stop(), 0);

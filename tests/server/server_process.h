@@ -3,6 +3,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -144,6 +145,33 @@ inline HttpResult http(int port, const std::string& method, const std::string& p
   if (send_all(fd, request_text(method, path, body, headers))) parse_response(recv_all(fd), &r, /*to_eof=*/true);
   close(fd);
   return r;
+}
+
+// `n` copies of one request sent at once, each on its own connection; results in send order.
+inline std::vector<HttpResult> http_concurrently(int port, int n, const std::string& method, const std::string& path,
+                                                 const std::string& body, double timeout_s = 120) {
+  std::vector<HttpResult> results(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] { results[static_cast<size_t>(i)] = http(port, method, path, body, {}, timeout_s); });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+// Every result is a 200 or a 429 rate_limit_exceeded with Retry-After: 1, and there are both.
+inline void expect_served_or_rate_limited(const std::vector<HttpResult>& results) {
+  int ok = 0, limited = 0;
+  for (const HttpResult& r : results) {
+    if (r.status == 200) ++ok;
+    if (r.status != 429) continue;
+    ++limited;
+    EXPECT_EQ(r.headers.count("retry-after") ? r.headers.at("retry-after") : "", "1");
+    EXPECT_NE(r.body.find("\"rate_limit_exceeded\""), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(ok + limited, static_cast<int>(results.size()));
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(limited, 1);
 }
 
 // `pagellm serve ... --port 0`; the port comes from the "serving model ... on http://H:P" line.
