@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <list>
@@ -183,7 +184,9 @@ void Session::read_header() {
 }
 
 void Session::on_header(beast::error_code ec) {
-  set_idle(false);
+  if (ec == http::error::header_limit) {
+    return fail_request(431, "request line and headers larger than " + std::to_string(kHeaderLimit) + " bytes");
+  }
   if (ec == http::error::body_limit) {
     return fail_request(413, "request body larger than " + std::to_string(server_->options.max_body_bytes) + " bytes");
   }
@@ -195,8 +198,15 @@ void Session::on_header(beast::error_code ec) {
     return;
   }
   if (ec) return fail_request(400, std::string("malformed HTTP request: ") + ec.message());
+  const auto& head = parser_->get();
+  if (const auto enc = head[http::field::content_encoding]; !enc.empty() && !beast::iequals(enc, "identity")) {
+    return fail_request(415, "Content-Encoding '" + std::string(enc.substr(0, 64)) + "' is not supported");
+  }
+  const auto expect = head[http::field::expect];
+  if (!expect.empty() && !beast::iequals(expect, "100-continue")) {
+    return fail_request(417, "Expect '" + std::string(expect.substr(0, 64)) + "' is not supported");
+  }
   if (parser_->is_done()) return dispatch();
-  const auto expect = parser_->get()[http::field::expect];
   if (beast::iequals(expect, "100-continue")) {
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -210,6 +220,7 @@ void Session::on_header(beast::error_code ec) {
 
 void Session::read_body() {
   http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (self->closed_) return;  // closed meanwhile (the connection cap's eviction)
     if (ec == http::error::body_limit) {
       return self->fail_request(413, "request body larger than " +
                                          std::to_string(self->server_->options.max_body_bytes) + " bytes");
@@ -224,6 +235,7 @@ void Session::read_body() {
 }
 
 void Session::begin_exchange(bool keep_alive) {
+  set_idle(false);  // from now on the connection is busy: never evicted by the connection cap
   ++serial_;
   in_exchange_ = true;
   keep_alive_ = keep_alive;
@@ -243,10 +255,24 @@ void Session::dispatch() {
   HttpRequest r;
   r.method = std::string(req.method_string());
   r.target = std::string(req.target());
-  r.path = r.target.substr(0, r.target.find('?'));
   r.authorization = std::string(req[http::field::authorization]);
   r.content_type = std::string(req[http::field::content_type]);
   r.host = std::string(req[http::field::host]);
+  r.host_headers = static_cast<int>(req.count(http::field::host));
+  r.version = req.version();
+  // Absolute form (RFC 9112 3.2.2, "http://host:port/path"): the authority replaces Host.
+  std::string origin_form = r.target;
+  for (const char* scheme : {"http://", "https://"}) {
+    if (beast::iequals(beast::string_view(r.target).substr(0, std::strlen(scheme)), scheme)) {
+      const size_t start = std::strlen(scheme);
+      const size_t slash = r.target.find_first_of("/?", start);
+      r.host = r.target.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+      r.host_headers = 1;
+      origin_form = slash == std::string::npos ? "/" : r.target.substr(slash);
+      if (origin_form.front() == '?') origin_form.insert(0, "/");
+    }
+  }
+  r.path = origin_form.substr(0, origin_form.find('?'));
   r.origin = std::string(req[http::field::origin]);
   r.body = std::move(req.body());
   start_watch();

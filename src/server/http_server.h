@@ -23,7 +23,9 @@ struct HttpRequest {
   std::string path;           // target without the query
   std::string authorization;  // the Authorization header, or ""
   std::string content_type;   // the Content-Type header, or ""
-  std::string host;           // the Host header, or ""
+  std::string host;           // the Host header, or ""; an absolute-form target's authority
+  int host_headers = 0;       // how many Host headers came (RFC 9112: exactly one in HTTP/1.1)
+  unsigned version = 11;      // 10 or 11
   std::string origin;         // the Origin header (sent by browsers), or ""
   bool has_body = false;      // the request framed a body (Content-Length or chunked), even empty
   std::string body;

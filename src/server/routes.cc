@@ -159,10 +159,19 @@ bool Routes::authorized(const HttpRequest& req) const {
   for (const char* open : {"/health", "/metrics", "/ping", "/version"}) {
     if (req.path == open) return true;
   }
-  return constant_time_equal(req.authorization, "Bearer " + options_.api_key);
+  // The scheme is case-insensitive (RFC 9110 11.1), the key is not.
+  const std::string scheme = "bearer ";
+  const std::string& a = req.authorization;
+  if (a.size() < scheme.size() || lower(a.substr(0, scheme.size())) != scheme) return false;
+  return constant_time_equal(a.substr(scheme.size()), options_.api_key);
 }
 
 void Routes::check_host(const HttpRequest& req) const {
+  if (req.host_headers > 1) throw bad_request("more than one Host header");
+  if (req.host_headers == 0) {
+    if (req.version >= 11) throw bad_request("an HTTP/1.1 request needs a Host header");
+    return;  // HTTP/1.0 may omit it; browsers always send one
+  }
   if (!loopback_only_) return;
   const std::string host = host_name_of(req.host);
   if (is_loopback_host(host) || is_ip_literal(host) || host == host_name_of(options_.listen_host)) return;

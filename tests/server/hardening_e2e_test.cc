@@ -301,6 +301,39 @@ TEST(ServeHardening, FullParseQueueIs429) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// HTTP edge cases from the fresh-user trial: each gets the status RFC 9110/9112 names.
+TEST(ServeHardening, HttpFramingAndHeaderEdgeCases) {
+  ServerProcess server({"--api-key", "sekret"});
+  const int port = server.port();
+  const std::string get_health = "GET /health HTTP/1.1\r\n";
+  const std::string close = "Connection: close\r\n\r\n";
+  EXPECT_EQ(raw_http(port, get_health + "Host: 127.0.0.1\r\nX-Big: " + std::string(70000, 'a') + "\r\n" + close).status,
+            431);
+  EXPECT_EQ(raw_http(port, get_health + close).status, 400);  // HTTP/1.1 without Host
+  EXPECT_EQ(raw_http(port, "GET /health HTTP/1.0\r\n\r\n").status, 200);  // 1.0 may omit it
+  EXPECT_EQ(raw_http(port, get_health + "Host: localhost\r\nHost: evil.example\r\n" + close).status, 400);
+  // Absolute form: the target's authority stands for Host.
+  EXPECT_EQ(raw_http(port, "GET http://127.0.0.1:" + std::to_string(port) + "/health HTTP/1.1\r\nHost: x\r\n" + close).status,
+            200);
+  EXPECT_EQ(raw_http(port, "GET http://evil.example/health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + close).status, 403);
+  const std::string body = R"({"prompt": "a"})";
+  auto post = [&](const std::string& extra) {
+    return raw_http(port, "POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sekret\r\n"
+                          "Content-Type: application/json\r\n" +
+                              extra + "Content-Length: " + std::to_string(body.size()) + "\r\n" + close + body);
+  };
+  EXPECT_EQ(post("").status, 200);
+  EXPECT_EQ(post("Content-Encoding: gzip\r\n").status, 415);
+  EXPECT_EQ(post("Content-Encoding: identity\r\n").status, 200);
+  EXPECT_EQ(post("Expect: 200-ok\r\n").status, 417);
+  // The auth scheme is case-insensitive, the key is not.
+  for (const std::string auth : {"bearer sekret", "BEARER sekret"}) {
+    EXPECT_EQ(http(port, "GET", "/v1/models", "", {"Authorization: " + auth}).status, 200) << auth;
+  }
+  EXPECT_EQ(http(port, "GET", "/v1/models", "", {"Authorization: Bearer SEKRET"}).status, 401);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // Under a hard descriptor limit, idle connections cannot lock everybody out: the server keeps
 // its connections below the limit and closes the idlest to let a new client in.
 TEST(ServeHardening, IdleConnectionsBeyondTheFdLimitDoNotLockClientsOut) {
@@ -308,10 +341,17 @@ TEST(ServeHardening, IdleConnectionsBeyondTheFdLimitDoNotLockClientsOut) {
   ServerProcess server({}, "", kFdLimit);
   const int port = server.port();
   EXPECT_NE(server.log().find("up to 128 open connections"), std::string::npos) << server.log();
+  // Half of them stall in the middle of a body: connections not yet in an exchange can be closed
+  // too (else a client trickling bodies would hold every slot).
   std::vector<int> idle;
   for (int i = 0; i < 300; ++i) {
     const int fd = connect_to(port, 5);
-    if (fd >= 0) idle.push_back(fd);
+    if (fd < 0) continue;
+    if (i % 2) {
+      send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   "Content-Length: 100\r\n\r\n{");
+    }
+    idle.push_back(fd);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // A new client still gets in, many times over.
