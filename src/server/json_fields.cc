@@ -77,7 +77,7 @@ std::optional<int64_t> as_integer(const nlohmann::json& v) {
   return std::nullopt;
 }
 
-Fields::Fields(const nlohmann::json& obj) : obj_(obj) {
+Fields::Fields(const nlohmann::json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {
   if (!obj.is_object()) throw bad_request("the request body must be a JSON object, got " + brief(obj));
 }
 
@@ -91,11 +91,11 @@ std::optional<int64_t> Fields::integer(const char* name, int64_t min, int64_t ma
   const nlohmann::json* v = get(name);
   if (!v) return std::nullopt;
   const std::optional<int64_t> i = as_integer(*v);
-  if (!i) wrong_type(name, "an integer", *v);
+  if (!i) wrong_type(prefix_ + name, "an integer", *v);
   if (*i < min || *i > max) {
-    throw bad_request("'" + std::string(name) + "' must be in [" + std::to_string(min) + ", " + std::to_string(max) +
+    throw bad_request("'" + prefix_ + name + "' must be in [" + std::to_string(min) + ", " + std::to_string(max) +
                           "], got " + std::to_string(*i),
-                      name);
+                      prefix_ + name);
   }
   return i;
 }
@@ -103,11 +103,11 @@ std::optional<int64_t> Fields::integer(const char* name, int64_t min, int64_t ma
 std::optional<double> Fields::number(const char* name, double min, double max) const {
   const nlohmann::json* v = get(name);
   if (!v) return std::nullopt;
-  if (!v->is_number()) wrong_type(name, "a number", *v);
+  if (!v->is_number()) wrong_type(prefix_ + name, "a number", *v);
   const double d = v->get<double>();
   if (!std::isfinite(d) || d < min || d > max) {
     std::string range = std::isfinite(max) ? "in [" + brief(min) + ", " + brief(max) + "]" : ">= " + brief(min);
-    throw bad_request("'" + std::string(name) + "' must be " + range + ", got " + brief(*v), name);
+    throw bad_request("'" + prefix_ + name + "' must be " + range + ", got " + brief(*v), prefix_ + name);
   }
   return d;
 }
@@ -115,14 +115,14 @@ std::optional<double> Fields::number(const char* name, double min, double max) c
 std::optional<bool> Fields::boolean(const char* name) const {
   const nlohmann::json* v = get(name);
   if (!v) return std::nullopt;
-  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
+  if (!v->is_boolean()) wrong_type(prefix_ + name, "a boolean", *v);
   return v->get<bool>();
 }
 
 std::optional<std::string> Fields::string(const char* name) const {
   const nlohmann::json* v = get(name);
   if (!v) return std::nullopt;
-  if (!v->is_string()) wrong_type(name, "a string", *v);
+  if (!v->is_string()) wrong_type(prefix_ + name, "a string", *v);
   return v->get<std::string>();
 }
 

@@ -12,8 +12,9 @@ namespace pagellm::server {
 
 class Fields {
  public:
-  // obj must outlive this. Throws ApiError 400 when obj is not an object.
-  explicit Fields(const nlohmann::json& obj);
+  // obj must outlive this. Throws ApiError 400 when obj is not an object. `prefix` comes before
+  // every field name in errors (e.g. "stream_options." for a nested object).
+  explicit Fields(const nlohmann::json& obj, std::string prefix = "");
 
   // The value of `name`, or nullptr when it is absent or null.
   const nlohmann::json* get(const char* name) const;
@@ -26,6 +27,7 @@ class Fields {
 
  private:
   const nlohmann::json& obj_;
+  std::string prefix_;
 };
 
 // A short rendering of an untrusted request value for error messages: compact JSON, at most 64

@@ -1,5 +1,6 @@
 // Request fields shared by completions and chat, the fan-out into engine requests, and small
 // helpers (error bodies, ids, JSON in and out).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -41,14 +42,11 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Fields& f, int32_t
   if (!v) return bias;
   if (!v->is_object()) wrong_type("logit_bias", "an object mapping token ids to numbers", *v);
   for (const auto& [key, value] : v->items()) {
-    size_t used = 0;
-    long long id = -1;
-    try {
-      id = std::stoll(key, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != key.size() || key.empty()) {
+    // Decimal digits only: std::stoll would also take " 5" and "+5".
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const long long id = digits ? std::stoll(key) : -1;
+    if (!digits) {
       throw bad_request("'logit_bias' keys must be token ids, got " + brief(key), "logit_bias");
     }
     if (id < 0 || id >= vocab_size) {
@@ -133,7 +131,7 @@ CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool c
   if (const nlohmann::json* so = f.get("stream_options")) {
     if (!p.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
-    const Fields sf(*so);
+    const Fields sf(*so, "stream_options.");
     p.include_usage = sf.boolean("include_usage").value_or(false);
     (void)sf.boolean("continuous_usage_stats");
   }
@@ -208,7 +206,10 @@ void validate_sampling(const SamplingParams& s, int32_t vocab_size) {
     std::string msg = e.what();
     std::optional<std::string> param;
     const std::string prefix = "SamplingParams.";
-    if (msg.rfind(prefix, 0) == 0) param = msg.substr(prefix.size(), msg.find(' ') - prefix.size());
+    if (msg.rfind(prefix, 0) == 0) {
+      param = msg.substr(prefix.size(), msg.find(' ') - prefix.size());
+      msg = "'" + *param + "'" + msg.substr(prefix.size() + param->size());  // the API's name, not ours
+    }
     throw bad_request(msg, param);
   }
 }
@@ -224,9 +225,10 @@ void fan_out(GenerationPlan* plan, const CommonParams& p, const ModelInfo& model
   plan->best_of = p.best_of > 0 ? p.best_of : p.n;
   const size_t total = plan->prompts.size() * static_cast<size_t>(plan->best_of);
   if (total > static_cast<size_t>(model.max_sequences_per_request)) {
-    throw bad_request("prompts x n = " + std::to_string(total) + " sequences; at most " +
-                          std::to_string(model.max_sequences_per_request) + " per request",
-                      "n");
+    const bool by_best_of = plan->best_of > plan->n;  // best_of sets the sequences per prompt
+    throw bad_request(std::string("prompts x ") + (by_best_of ? "best_of" : "n") + " = " + std::to_string(total) +
+                          " sequences; at most " + std::to_string(model.max_sequences_per_request) + " per request",
+                      by_best_of ? "best_of" : "n");
   }
   plan->requests.clear();
   for (size_t pi = 0; pi < plan->prompts.size(); ++pi) {
