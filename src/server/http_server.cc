@@ -45,6 +45,8 @@ struct HttpServer::Impl {
   Options options;
   int64_t max_connections = 0;  // resolved at construction
   std::atomic<int64_t> num_connections{0};
+  int64_t max_body_bytes_in_flight = 0;  // resolved at construction
+  std::atomic<int64_t> body_bytes_in_flight{0};
   // Sessions waiting for a request, longest waiting first. Guarded by idle_mu.
   std::mutex idle_mu;
   std::list<std::weak_ptr<IdleConnection>> idle;
@@ -73,6 +75,7 @@ class Session : public IdleConnection, public std::enable_shared_from_this<Sessi
     ++server_->num_connections;
   }
   ~Session() override {
+    release_body_bytes();
     set_idle(false);
     --server_->num_connections;
   }
@@ -106,6 +109,12 @@ class Session : public IdleConnection, public std::enable_shared_from_this<Sessi
   // Enters / leaves the server's list of connections waiting for a request (any thread's view of
   // this session goes through idle_mu).
   void set_idle(bool idle);
+  // Reserves the body's bytes against max_body_bytes_in_flight; false when they do not fit.
+  bool reserve_body_bytes(int64_t n);
+  void release_body_bytes() {
+    server_->body_bytes_in_flight -= reserved_;
+    reserved_ = 0;
+  }
   void read_header();
   void on_header(beast::error_code ec);
   void read_body();
@@ -136,6 +145,7 @@ class Session : public IdleConnection, public std::enable_shared_from_this<Sessi
   bool lingering_ = false;  // half-closed, discarding input until the client closes
   bool watching_ = false;
   bool head_ = false;  // the current request is HEAD: headers only
+  int64_t reserved_ = 0;  // body bytes reserved while the body is being received
   HeaderList extra_headers_;  // for the current exchange's response
   std::optional<std::list<std::weak_ptr<IdleConnection>>::iterator> idle_it_;
   std::function<void()> on_disconnect_;
@@ -207,6 +217,12 @@ void Session::on_header(beast::error_code ec) {
     return fail_request(417, "Expect '" + std::string(expect.substr(0, 64)) + "' is not supported");
   }
   if (parser_->is_done()) return dispatch();
+  const int64_t declared = parser_->content_length() ? static_cast<int64_t>(*parser_->content_length())
+                                                     : server_->options.max_body_bytes;  // chunked
+  if (!reserve_body_bytes(declared)) {
+    return fail_request(503, "too many request bodies are being received at once (" +
+                                 std::to_string(server_->max_body_bytes_in_flight) + " bytes); retry later");
+  }
   if (beast::iequals(expect, "100-continue")) {
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -247,7 +263,18 @@ void Session::begin_exchange(bool keep_alive) {
   stream_.expires_never();
 }
 
+bool Session::reserve_body_bytes(int64_t n) {
+  const int64_t before = server_->body_bytes_in_flight.fetch_add(n);
+  if (before > 0 && before + n > server_->max_body_bytes_in_flight) {  // one body always fits
+    server_->body_bytes_in_flight -= n;
+    return false;
+  }
+  reserved_ = n;
+  return true;
+}
+
 void Session::dispatch() {
+  release_body_bytes();  // received: from here the WorkQueue's bounds hold it
   http::request<http::string_body> req = parser_->release();
   version_ = req.version();
   begin_exchange(req.keep_alive());
@@ -281,12 +308,14 @@ void Session::dispatch() {
 
 // A response produced by the HTTP layer itself (413, 400); the connection is closed after it.
 void Session::fail_request(int status, const std::string& message) {
+  release_body_bytes();
   version_ = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
   begin_exchange(/*keep_alive=*/false);
   head_ = false;
   HttpResponse r;
   r.status = status;
-  r.body = error_body(ApiError(status, message, "invalid_request_error"));
+  r.body = error_body(ApiError(status, message, status == 503 ? "service_unavailable" : "invalid_request_error"));
+  if (status == 503) r.headers.emplace_back("Retry-After", "1");
   respond(serial_, std::move(r));
 }
 
@@ -495,6 +524,10 @@ HttpServer::HttpServer(Options options, RequestHandler handler) : impl_(std::mak
   impl_->options = std::move(options);
   impl_->handler = std::move(handler);
   impl_->max_connections = impl_->options.max_connections;
+  impl_->max_body_bytes_in_flight =
+      impl_->options.max_body_bytes_in_flight > 0
+          ? impl_->options.max_body_bytes_in_flight
+          : std::max<int64_t>(int64_t{512} << 20, 16 * impl_->options.max_body_bytes);
   if (impl_->max_connections <= 0) {
     rlimit rl{};
     const int64_t limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY

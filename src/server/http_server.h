@@ -75,6 +75,11 @@ class HttpServer {
     // kReservedFds for everything else the process opens. Beyond it the idlest connection that
     // waits for a request is closed; if none is idle the new one gets 503 and is closed.
     int64_t max_connections = 0;
+    // Most bytes of request bodies being received at once, by their Content-Length (a chunked
+    // body counts as max_body_bytes); 0: max(512 MiB, 16 x max_body_bytes). A body that does not
+    // fit gets 503 + Retry-After before it is read, so slow uploads cannot grow the process
+    // beyond it (without it: open connections x max_body_bytes).
+    int64_t max_body_bytes_in_flight = 0;
     // Every response status sent, including the server's own 400 / 413 (for metrics).
     std::function<void(int status)> on_status;
   };

@@ -334,6 +334,40 @@ TEST(ServeHardening, HttpFramingAndHeaderEdgeCases) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// Bodies being received are bounded in bytes (by their Content-Length: 512 MiB by default, for
+// every connection together): a crowd of slow uploads gets 503 before its bodies are read,
+// instead of growing the process to connections x body limit.
+TEST(ServeHardening, BytesOfBodiesBeingReceivedAreBounded) {
+  ServerProcess server({"--max-body-bytes", "20000000"});  // 26 such bodies fill 512 MiB
+  const int port = server.port();
+  std::vector<int> fds;
+  for (int i = 0; i < 30; ++i) {
+    const int fd = connect_to(port, 10);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                             "Content-Length: 20000000\r\n\r\n{"));
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the refusals are written at once
+  int refused = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) != 1) continue;  // still uploading: nothing to read
+    HttpResult r;
+    parse_response(recv_all(fd), &r, true);
+    if (r.status == 503) {
+      ++refused;
+      EXPECT_EQ(r.headers["retry-after"], "1");
+    }
+  }
+  EXPECT_EQ(refused, 30 - 26);
+  for (int fd : fds) close(fd);
+  // Their reservations are returned: a new upload gets in again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(http(port, "POST", "/tokenize", R"({"prompt": "a"})").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // Under a hard descriptor limit, idle connections cannot lock everybody out: the server keeps
 // its connections below the limit and closes the idlest to let a new client in.
 TEST(ServeHardening, IdleConnectionsBeyondTheFdLimitDoNotLockClientsOut) {
