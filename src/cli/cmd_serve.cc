@@ -46,6 +46,11 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--allowed-origins", o->allowed_origins,
                  "Origins (scheme://host[:port], or *) whose web pages may call the API (CORS); default: none")
       ->delimiter(',');
+  app.add_option("--timeout", o->timeout_seconds,
+                 "Seconds a client may take to send a request's headers (and to idle between requests), then as "
+                 "long for its body (408 past it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
   app.add_option("--drain-timeout", o->drain_timeout_seconds,
                  "Seconds to let running requests finish after SIGINT/SIGTERM")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -132,6 +133,9 @@ class Session : public IdleConnection, public std::enable_shared_from_this<Sessi
   void discard_until_close();
 
   beast::tcp_stream stream_;
+  net::steady_timer body_timer_{stream_.get_executor()};  // the body's deadline (408 past it)
+  bool reading_body_ = false;
+  bool body_timed_out_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl* server_;
@@ -234,9 +238,26 @@ void Session::on_header(beast::error_code ec) {
   read_body();
 }
 
+// The body gets its own deadline, answered with 408 (the stream's own timeout would close the
+// connection without a word).
 void Session::read_body() {
+  stream_.expires_never();
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(server_->options.idle_timeout_seconds * 1e3));
+  body_timer_.expires_after(timeout);
+  body_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || !self->reading_body_ || self->closed_) return;
+    self->body_timed_out_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);  // ends the body read
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", self->server_->options.idle_timeout_seconds);
+    self->fail_request(408, std::string("the request body did not arrive within ") + secs + " s");
+  });
+  reading_body_ = true;
   http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-    if (self->closed_) return;  // closed meanwhile (the connection cap's eviction)
+    self->reading_body_ = false;
+    self->body_timer_.cancel();
+    if (self->closed_ || self->body_timed_out_) return;  // evicted, or answered 408
     if (ec == http::error::body_limit) {
       return self->fail_request(413, "request body larger than " +
                                          std::to_string(self->server_->options.max_body_bytes) + " bytes");

@@ -70,7 +70,9 @@ class HttpServer {
     uint16_t port = 8000;               // 0: an ephemeral port (see port())
     int64_t max_body_bytes = 1 << 20;   // larger bodies get 413 and the connection is closed
     int io_threads = 2;
-    double idle_timeout_seconds = 60;   // keep-alive / request read timeout
+    // Seconds for a request's headers to arrive (also the keep-alive idle time; past it the
+    // connection is closed), then as long again for its body (past it: 408, then closed).
+    double idle_timeout_seconds = 60;
     // Most connections open at once; 0: the descriptor limit (RLIMIT_NOFILE, soft) less
     // kReservedFds for everything else the process opens. Beyond it the idlest connection that
     // waits for a request is closed; if none is idle the new one gets 503 and is closed.

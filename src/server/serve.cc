@@ -231,6 +231,7 @@ int run_serve(const ServeOptions& o) {
   ro.max_sequences_per_request = std::min(o.max_n, o.max_waiting);
   Routes routes(engine, metrics, work, ro);
   http.io_threads = o.io_threads;
+  http.idle_timeout_seconds = o.timeout_seconds;
   http.on_status = [&metrics](int status) { metrics.on_http_status(status); };
   HttpServer server(http, [&routes](HttpRequest req, std::shared_ptr<Exchange> ex) {
     routes.handle(std::move(req), std::move(ex));

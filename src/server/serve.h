@@ -38,6 +38,7 @@ struct ServeOptions {
   int64_t max_body_bytes = 0;            // 0: default_max_body_bytes(max_model_len)
   std::vector<std::string> allowed_origins;  // CORS: origins whose pages may call the API ("*": any)
   double drain_timeout_seconds = 30;
+  double timeout_seconds = 60;           // --timeout: HttpServer::Options::idle_timeout_seconds
   bool enable_prefix_caching = true;     // --no-prefix-caching turns it off
 };
 

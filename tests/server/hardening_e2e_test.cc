@@ -368,6 +368,21 @@ TEST(ServeHardening, BytesOfBodiesBeingReceivedAreBounded) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// A body that does not arrive in time gets 408 (it used to be cut off without a word).
+TEST(ServeHardening, SlowBodyGets408) {
+  ServerProcess server({"--timeout", "1"});
+  const int fd = connect_to(server.port(), 10);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 29\r\n\r\n{\"prompt\""));
+  HttpResult r;
+  parse_response(recv_all(fd), &r, true);
+  close(fd);
+  EXPECT_EQ(r.status, 408) << r.body;
+  EXPECT_EQ(http(server.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // Under a hard descriptor limit, idle connections cannot lock everybody out: the server keeps
 // its connections below the limit and closes the idlest to let a new client in.
 TEST(ServeHardening, IdleConnectionsBeyondTheFdLimitDoNotLockClientsOut) {
