@@ -41,7 +41,7 @@ TEST(KvStress, RandomAddStepAbortWithSharingAndPreemption) {
   c.num_threads = 1;
   c.block_size = 4;
   LLM probe(c);
-  c.kv_cache_bytes = probe.kv_cache().shape().bytes_per_token() * 4 * 40;  // 40 blocks of 4 tokens
+  c.kv_cache_bytes = probe.kv_cache().shape().bytes_per_token() * 4 * 32;  // 32 blocks of 4 tokens
   LLM llm(c);
   EngineCore core(llm, {6, 24});
   std::mt19937 rng(2024);
