@@ -51,6 +51,7 @@ void EngineCore::add_request(const EngineRequest& req) {
     } else if (leader->prompt_token_ids == r->prompt_token_ids && leader->output_token_ids.empty()) {
       group_of_[req.request_id] = req.parallel_group;
       g.pending.push_back(std::move(r));
+      reserve_fork_seats(g);
       return;
     }
     if (g.leader == req.request_id) group_of_[req.request_id] = req.parallel_group;
@@ -73,10 +74,29 @@ std::unique_ptr<Request> EngineCore::take_pending(const std::string& id) {
       std::unique_ptr<Request> r = std::move(*it);
       g.pending.erase(it);
       group_of_.erase(gi);
+      reserve_fork_seats(g);
       return r;
     }
   }
   return nullptr;
+}
+
+void EngineCore::reserve_fork_seats(Group& g) {
+  Request* leader = scheduler_.find(g.leader);
+  if (leader == nullptr) return;
+  const int32_t want = static_cast<int32_t>(
+      std::min<int64_t>(static_cast<int64_t>(g.pending.size()), scheduler_.limits().max_num_seqs - 1));
+  leader->num_fork_seats =
+      leader->status == RequestStatus::kWaiting ? want : std::min(leader->num_fork_seats, want);
+}
+
+void EngineCore::promote_member(const std::string& group) {
+  Group& g = groups_.at(group);
+  std::unique_ptr<Request> next = std::move(g.pending.front());
+  g.pending.erase(g.pending.begin());
+  g.leader = next->request_id;
+  scheduler_.add_request(std::move(next));
+  reserve_fork_seats(g);
 }
 
 void EngineCore::fork_group(Request& leader, const float* logits, double now, std::vector<RequestOutput>& outputs) {
@@ -84,10 +104,20 @@ void EngineCore::fork_group(Request& leader, const float* logits, double now, st
   if (gi == group_of_.end()) return;
   const std::string group = gi->second;
   Group& g = groups_.at(group);
-  std::vector<std::unique_ptr<Request>> members = std::move(g.pending);
+  // Only the members whose seats the leader reserved fork now (max_num_seqs); the rest stay a
+  // group with a new leader that waits for seats and computes the prompt again.
+  const auto k = std::min<size_t>(static_cast<size_t>(leader.num_fork_seats), g.pending.size());
+  leader.num_fork_seats = 0;
+  std::vector<std::unique_ptr<Request>> members(std::make_move_iterator(g.pending.begin()),
+                                                std::make_move_iterator(g.pending.begin() + k));
+  g.pending.erase(g.pending.begin(), g.pending.begin() + k);
   for (auto& m : members) group_of_.erase(m->request_id);
   group_of_.erase(leader.request_id);
-  groups_.erase(group);
+  if (g.pending.empty()) {
+    groups_.erase(group);
+  } else {
+    promote_member(group);
+  }
   for (auto& m : members) {
     Request& r = *m;
     r.num_computed_tokens = leader.num_computed_tokens;
@@ -123,10 +153,7 @@ RequestOutput EngineCore::finish(const std::string& id, RequestStatus status, Re
     if (g.pending.empty()) {
       groups_.erase(group);
     } else {
-      std::unique_ptr<Request> next = std::move(g.pending.front());
-      g.pending.erase(g.pending.begin());
-      g.leader = next->request_id;
-      scheduler_.add_request(std::move(next));
+      promote_member(group);
     }
   }
   State& st = states_.at(id);

@@ -60,6 +60,11 @@ class EngineCore {
   // their first tokens from the same logits row.
   void fork_group(Request& leader, const float* logits, double now, std::vector<RequestOutput>& outputs);
   std::unique_ptr<Request> take_pending(const std::string& id);
+  // Sets the group leader's num_fork_seats to min(pending, max_num_seqs - 1) while it waits; once
+  // it runs, only lowers it (its seats were taken at admission).
+  void reserve_fork_seats(Group& g);
+  // The first pending member of `group` becomes its leader and joins the waiting queue.
+  void promote_member(const std::string& group);
   RequestOutput finish(const std::string& id, RequestStatus status, RequestOutput out, double now);
 
   LLM& llm_;

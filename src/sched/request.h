@@ -36,6 +36,9 @@ struct Request {
   int32_t num_preemptions = 0;
   uint64_t prefix_root_hash = 0;    // KvCacheManager::root_hash(cache_salt)
   int64_t num_cached_tokens = 0;    // prompt tokens served from the prefix cache at first admission
+  // n > 1 leader not yet forked: members that will fork from it at its first token. Each holds a
+  // running slot from the leader's admission on, so the forks never exceed max_num_seqs.
+  int32_t num_fork_seats = 0;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_tokens() const { return num_prompt_tokens() + static_cast<int64_t>(output_token_ids.size()); }

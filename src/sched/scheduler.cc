@@ -46,10 +46,17 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
 
 void Scheduler::add_running(std::unique_ptr<Request> request) {
   PAGELLM_CHECK(requests_.count(request->request_id) == 0, "duplicate request id " + request->request_id);
+  PAGELLM_CHECK(num_seats_taken() < limits_.max_num_seqs, "fork beyond max_num_seqs");
   Request* r = request.get();
   r->status = RequestStatus::kRunning;
   requests_[r->request_id] = std::move(request);
   running_.insert(std::upper_bound(running_.begin(), running_.end(), r, better), r);
+}
+
+int64_t Scheduler::num_seats_taken() const {
+  int64_t n = 0;
+  for (const Request* r : running_) n += 1 + r->num_fork_seats;
+  return n;
 }
 
 Request* Scheduler::find(const std::string& request_id) {
@@ -93,10 +100,15 @@ bool Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
   return !preempted_any;
 }
 
-// Step 2: admit waiting requests in order, prefix-cache hits first, then prefill chunks.
+// Step 2: admit waiting requests in order, prefix-cache hits first, then prefill chunks. A
+// request takes 1 + num_fork_seats slots (an n > 1 leader reserves its members' slots), so the
+// forks at its first token stay within max_num_seqs; num_fork_seats <= max_num_seqs - 1, so an
+// idle scheduler always admits the head.
 void Scheduler::schedule_waiting(SchedulerOutput& out, int64_t& budget) {
-  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < limits_.max_num_seqs) {
+  int64_t seats = num_seats_taken();
+  while (!waiting_.empty() && budget > 0) {
     Request* r = waiting_.front();
+    if (seats + 1 + r->num_fork_seats > limits_.max_num_seqs) break;
     PrefixHit hit;
     if (r->num_computed_tokens == 0 && kv_.prefix_caching()) {
       hit = kv_.find_cached_prefix(r->all_token_ids(), r->prefix_root_hash);
@@ -113,6 +125,7 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, int64_t& budget) {
     waiting_.erase(waiting_.begin());
     r->status = RequestStatus::kRunning;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), r, better), r);
+    seats += 1 + r->num_fork_seats;
     out.scheduled.push_back(ScheduledRequest{r, n});
     budget -= n;
   }

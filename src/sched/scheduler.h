@@ -9,7 +9,8 @@
 //      preempted (blocks freed, num_computed_tokens = 0, back to the waiting queue) and the
 //      allocation retried; if the worst one is the request itself, it is preempted.
 //   2. if nothing was preempted: waiting requests, best first, while budget and max_num_seqs
-//      allow: each first takes the longest chain of prefix-cached full blocks (at least one token
+//      allow (a request takes 1 + num_fork_seats slots; running requests hold theirs the same
+//      way, so running + reserved fork seats <= max_num_seqs at all times): each first takes the longest chain of prefix-cached full blocks (at least one token
 //      is always left to compute), then gets a prefill chunk of min(remaining, budget_left) tokens
 //      (chunked prefill).
 //      A waiting request never preempts; if its blocks do not fit, admission stops (FCFS: no
@@ -55,7 +56,8 @@ class Scheduler {
   // Takes ownership; the request must be kWaiting with num_computed_tokens 0 and an id not live.
   void add_request(std::unique_ptr<Request> request);
   // Takes ownership of a request forked from a running one (n > 1): already running, its block
-  // table already shared through KvCacheManager::fork, num_computed_tokens set.
+  // table already shared through KvCacheManager::fork, num_computed_tokens set. It takes one of
+  // the fork seats its leader held (the caller drops the leader's num_fork_seats first).
   void add_running(std::unique_ptr<Request> request);
   SchedulerOutput schedule();
   // Advances num_computed_tokens of every scheduled request by its grant.
@@ -66,6 +68,9 @@ class Scheduler {
 
   Request* find(const std::string& request_id);
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  // Running requests plus the fork seats their unforked n > 1 leaders hold.
+  int64_t num_seats_taken() const;
+  const SchedulerLimits& limits() const { return limits_; }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   int64_t num_preemptions() const { return num_preemptions_; }

@@ -117,5 +117,62 @@ TEST(ParallelSampling, AbortingTheLeaderBeforeItsFirstTokenPromotesAMember) {
   EXPECT_EQ(llm->kv_manager().pool().num_free_blocks(), llm->kv_cache().num_blocks());
 }
 
+// --max-num-seqs holds for n > 1: a group's leader is admitted only with a seat for every member
+// that forks from it (at most max_num_seqs - 1); members beyond that stay a group with a new
+// leader. Each request, grouped or not, gives the tokens it gives alone (greedy).
+TEST(ParallelSampling, GroupsStayWithinMaxNumSeqs) {
+  auto llm = load();
+  std::vector<int32_t> prompt{1};
+  for (int i = 0; i < 20; ++i) prompt.push_back(3 + (i * 37) % 400);
+  auto greedy = [&](const std::string& id, const std::vector<int32_t>& p) {
+    EngineRequest r = choice(id, p, 1);
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = 12;
+    return r;
+  };
+  std::vector<int32_t> other = prompt;
+  other[3] = 9;
+  std::map<std::string, Out> alone;
+  {
+    EngineCore core(*llm, {8, 512});
+    core.add_request(greedy("solo-group", prompt));
+    core.add_request(greedy("solo-other", other));
+    alone = run(core);
+  }
+  for (int32_t cap : {1, 2, 3}) {
+    SCOPED_TRACE(cap);
+    EngineCore core(*llm, {cap, 512});
+    core.add_request(greedy("x0", other));
+    for (int i = 0; i < 4; ++i) {
+      EngineRequest r = greedy("g" + std::to_string(i), prompt);
+      r.parallel_group = "cmpl-cap";
+      r.parallel_group_size = 4;
+      core.add_request(r);
+    }
+    core.add_request(greedy("x1", other));
+    std::map<std::string, Out> res;
+    int64_t peak_running = 0;
+    while (core.has_work()) {
+      for (const RequestOutput& o : core.step()) {
+        Out& r = res[o.request_id];
+        r.ids.insert(r.ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        if (o.finished) r.cached = o.num_cached_tokens;
+      }
+      peak_running = std::max(peak_running, core.scheduler().num_running());
+      ASSERT_LE(core.scheduler().num_running(), cap);
+    }
+    EXPECT_EQ(peak_running, cap);
+    ASSERT_EQ(res.size(), 6u);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(res.at("g" + std::to_string(i)).ids, alone.at("solo-group").ids) << i;
+    EXPECT_EQ(res.at("x0").ids, alone.at("solo-other").ids);
+    EXPECT_EQ(res.at("x1").ids, alone.at("solo-other").ids);
+    // Leaders of each sub-group of at most `cap` compute the prompt; the others share it.
+    int shared = 0;
+    for (int i = 0; i < 4; ++i) shared += res.at("g" + std::to_string(i)).cached == 21 ? 1 : 0;
+    EXPECT_EQ(shared, 4 - (4 + cap - 1) / cap);
+    EXPECT_EQ(llm->kv_manager().pool().num_free_blocks(), llm->kv_cache().num_blocks());
+  }
+}
+
 }  // namespace
 }  // namespace pagellm

@@ -66,6 +66,26 @@ TEST(Scheduler, MaxNumSeqsCapsRunning) {
   EXPECT_EQ(grants(s.schedule()), (Grants{{"r1", 1}, {"r2", 3}}));
 }
 
+TEST(Scheduler, ForkSeatsCountAgainstMaxNumSeqs) {
+  KvCacheManager kv(100, 4);
+  Scheduler s({3, 100}, kv);
+  s.add_request(make("a", 3, 1));
+  auto lead = make("lead", 3, 2);
+  lead->num_fork_seats = 2;  // an n = 3 leader: needs 3 seats
+  s.add_request(std::move(lead));
+  s.add_request(make("b", 3, 3));
+  auto o1 = s.schedule();
+  EXPECT_EQ(grants(o1), (Grants{{"a", 3}}));  // lead does not fit beside a; b does not overtake
+  EXPECT_EQ(s.num_seats_taken(), 1);
+  finish_step(s, o1);
+  s.finish_request("a", RequestStatus::kFinishedStopped);
+  auto o2 = s.schedule();
+  EXPECT_EQ(grants(o2), (Grants{{"lead", 3}}));  // its 2 reserved seats keep b out
+  EXPECT_EQ(s.num_running(), 1);
+  EXPECT_EQ(s.num_seats_taken(), 3);
+  EXPECT_EQ(s.waiting_ids(), std::vector<std::string>{"b"});
+}
+
 TEST(Scheduler, PriorityOrderThenFcfs) {
   KvCacheManager kv(100, 4);
   Scheduler s({8, 100}, kv);
