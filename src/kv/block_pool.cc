@@ -84,6 +84,14 @@ void BlockPool::cache_block(int32_t block_id, uint64_t hash) {
   cached_[hash] = block_id;
 }
 
+void BlockPool::uncache(int32_t block_id) {
+  if (!has_hash_.at(block_id)) return;
+  auto it = cached_.find(hash_[block_id]);
+  PAGELLM_CHECK(it != cached_.end() && it->second == block_id, "hashed block missing from the cache map");
+  cached_.erase(it);
+  has_hash_[block_id] = 0;
+}
+
 std::optional<int32_t> BlockPool::lookup(uint64_t hash) const {
   auto it = cached_.find(hash);
   if (it == cached_.end()) return std::nullopt;

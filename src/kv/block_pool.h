@@ -41,6 +41,9 @@ class BlockPool {
   // Prefix cache. cache_block registers a held, fully computed block under `hash`; a hash already
   // registered to another block is left as it is (the block stays uncached).
   void cache_block(int32_t block_id, uint64_t hash);
+  // Drops the block's prefix-cache entry, if it has one (held or free); no-op otherwise. For a
+  // block whose content is about to change or is no longer wanted (KvCacheManager::truncate).
+  void uncache(int32_t block_id);
   std::optional<int32_t> lookup(uint64_t hash) const;
   std::optional<uint64_t> block_hash(int32_t block_id) const;
   int32_t num_cached_blocks() const { return static_cast<int32_t>(cached_.size()); }

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -123,6 +124,24 @@ void KvCacheManager::free(const std::string& request_id) {
   // Last block first: a chain's leaves reach the free queue (and eviction) before its root.
   for (auto b = it->second.blocks.rbegin(); b != it->second.blocks.rend(); ++b) pool_.release(*b);
   tables_.erase(it);
+}
+
+void KvCacheManager::truncate(const std::string& request_id, int64_t num_tokens) {
+  auto it = tables_.find(request_id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const auto keep = static_cast<size_t>(blocks_for(num_tokens));
+  PAGELLM_CHECK(num_tokens >= 0 && keep <= t.blocks.size(),
+                "truncate of " + request_id + " to " + std::to_string(num_tokens) + " tokens, table holds " +
+                    std::to_string(t.blocks.size()) + " blocks");
+  while (t.blocks.size() > keep) {
+    const int32_t b = t.blocks.back();
+    t.blocks.pop_back();
+    if (pool_.ref_cnt(b) == 1) pool_.uncache(b);
+    pool_.release(b);
+  }
+  if (num_tokens % block_size_ != 0) pool_.uncache(t.blocks.back());  // partly rolled back
+  t.hashes.resize(std::min(t.hashes.size(), static_cast<size_t>(num_tokens / block_size_)));
 }
 
 const std::vector<int32_t>& KvCacheManager::block_table(const std::string& request_id) const {

@@ -71,6 +71,19 @@ class KvCacheManager {
                              int64_t num_computed_tokens, uint64_t root);
   // Releases every block of the request, last block first (no-op for an unknown id).
   void free(const std::string& request_id);
+  // Rolls the request back to its first num_tokens tokens (rejected speculative tokens): the
+  // table keeps blocks_for(num_tokens) blocks and releases the rest, last block first. The
+  // request stays known (an empty table for 0). No-op for an unknown id. Precondition:
+  // 0 <= num_tokens <= block_table(id).size() * block_size. Prefix cache:
+  //   - a released block that another table still holds keeps its hash (its content is final
+  //     for that holder); one whose ref_cnt reaches 0 drops its hash: rolled-back tokens are
+  //     not offered as a prefix, and the block is an ordinary free block.
+  //   - a kept block that loses tokens (num_tokens mid-block) drops its hash even while shared:
+  //     the request will write its tail, in place once the other holders are gone (copy-on-write
+  //     only protects a block while ref_cnt > 1), so no hash may keep naming it.
+  // Example, block_size 4, table [5, 8, 2] all hashed, truncate to 5: block 2 is released,
+  // block 8 (holding token 4 only) is uncached, block 5 stays cached; table [5, 8].
+  void truncate(const std::string& request_id, int64_t num_tokens);
 
   // Empty for an unknown request.
   const std::vector<int32_t>& block_table(const std::string& request_id) const;
