@@ -103,12 +103,12 @@ void KvCacheManager::fork(const std::string& parent_id, const std::string& child
 }
 
 void KvCacheManager::cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens,
-                                           int64_t num_computed_tokens, uint64_t root) {
+                                           int64_t num_final_tokens, uint64_t root) {
   if (!prefix_caching_) return;
   auto it = tables_.find(request_id);
   if (it == tables_.end()) return;
   Table& t = it->second;
-  const int64_t full = std::min<int64_t>(num_computed_tokens / block_size_, static_cast<int64_t>(t.blocks.size()));
+  const int64_t full = std::min<int64_t>(num_final_tokens / block_size_, static_cast<int64_t>(t.blocks.size()));
   PAGELLM_CHECK(static_cast<int64_t>(tokens.size()) >= full * block_size_, "too few tokens to hash");
   for (auto i = static_cast<int64_t>(t.hashes.size()); i < full; ++i) {
     const uint64_t parent = i == 0 ? root : t.hashes[i - 1];

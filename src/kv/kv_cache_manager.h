@@ -11,8 +11,9 @@
 // full block i of a token sequence has the hash
 //   h_i = XXH3_64(h_{i-1} | token ids of block i),   h_{-1} = XXH3_64("pagellm" | cache_salt)
 // so equal hashes mean equal prefixes (up to 64-bit collisions) for the same salt. A block is
-// registered under its hash only after its K/V have been computed (cache_computed_blocks, called
-// after the forward pass), so blocks filled in the same step are never hits before they exist.
+// registered under its hash only once all its tokens are final: computed (cache_computed_blocks
+// is called after the forward pass, so blocks filled in the same step are never hits before they
+// exist) and accepted (speculative tokens still to be verified are excluded by the caller).
 #pragma once
 
 #include <cstdint>
@@ -65,10 +66,12 @@ class KvCacheManager {
                           std::vector<std::pair<int32_t, int32_t>>& copies);
   // The child shares every block of the parent (ref_cnt + 1 each): parallel sampling (n > 1).
   void fork(const std::string& parent_id, const std::string& child_id);
-  // Registers every full block of the request inside [0, num_computed_tokens) that is not yet
-  // registered. `tokens` are the request's tokens (at least num_computed_tokens of them).
+  // Registers every full block of the request inside [0, num_final_tokens) that is not yet
+  // registered. num_final_tokens: tokens whose K/V are computed and that can no longer be rolled
+  // back (the scheduler passes num_computed_tokens minus the speculative tokens still to be
+  // verified). `tokens` are the request's tokens (at least num_final_tokens of them).
   void cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens,
-                             int64_t num_computed_tokens, uint64_t root);
+                             int64_t num_final_tokens, uint64_t root);
   // Releases every block of the request, last block first (no-op for an unknown id).
   void free(const std::string& request_id);
   // Rolls the request back to its first num_tokens tokens (rejected speculative tokens): the

@@ -146,11 +146,20 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
     Request* r = s.request;
     r->num_computed_tokens += s.num_scheduled_tokens;
     PAGELLM_CHECK(r->num_computed_tokens <= r->num_tokens(), "computed past the tokens");
-    // Blocks whose K/V now exist become prefix-cache entries (never before they are computed).
-    if (kv_.prefix_caching() && r->num_computed_tokens / kv_.block_size() > kv_.num_hashed_blocks(r->request_id)) {
-      kv_.cache_computed_blocks(r->request_id, r->all_token_ids(), r->num_computed_tokens, r->prefix_root_hash);
+    // Blocks whose tokens are final become prefix-cache entries: K/V computed (never before the
+    // forward) and no speculative token left to verify (a rejected one would be rolled back).
+    PAGELLM_CHECK(s.num_spec_tokens >= 0 && s.num_spec_tokens < s.num_scheduled_tokens, "speculative tail of the grant");
+    const int64_t num_final = r->num_computed_tokens - s.num_spec_tokens;
+    if (kv_.prefix_caching() && num_final / kv_.block_size() > kv_.num_hashed_blocks(r->request_id)) {
+      kv_.cache_computed_blocks(r->request_id, r->all_token_ids(), num_final, r->prefix_root_hash);
     }
   }
+}
+
+void Scheduler::roll_back(Request& r, int64_t num_rejected) {
+  PAGELLM_CHECK(num_rejected >= 0 && num_rejected <= r.num_computed_tokens, "rolling back more than was computed");
+  r.num_computed_tokens -= num_rejected;
+  kv_.truncate(r.request_id, r.num_computed_tokens);
 }
 
 std::unique_ptr<Request> Scheduler::finish_request(const std::string& request_id, RequestStatus status) {

@@ -38,6 +38,10 @@ struct SchedulerLimits {
 struct ScheduledRequest {
   Request* request = nullptr;
   int64_t num_scheduled_tokens = 0;  // positions [num_computed_tokens, +num_scheduled_tokens)
+  // The last num_spec_tokens of the grant are proposed (draft) tokens that this step's logits
+  // verify; their blocks are not hashed into the prefix cache until they are accepted. Set by a
+  // proposer (speculative decoding, issue 15); 0 today. <= num_scheduled_tokens - 1.
+  int64_t num_spec_tokens = 0;
   // True when this chunk reaches num_tokens(): the step yields logits and a new token.
   bool samples() const { return request->num_computed_tokens + num_scheduled_tokens == request->num_tokens(); }
 };
@@ -60,8 +64,14 @@ class Scheduler {
   // the fork seats its leader held (the caller drops the leader's num_fork_seats first).
   void add_running(std::unique_ptr<Request> request);
   SchedulerOutput schedule();
-  // Advances num_computed_tokens of every scheduled request by its grant.
+  // Advances num_computed_tokens of every scheduled request by its grant, and caches the blocks
+  // whose tokens are final: [0, num_computed_tokens - num_spec_tokens).
   void on_step_done(const SchedulerOutput& out);
+  // Speculative rollback, after on_step_done: the last num_rejected computed tokens were
+  // rejected by verification. num_computed_tokens -= num_rejected and the request's block table
+  // is truncated to it (KvCacheManager::truncate). The caller drops the rejected tokens from
+  // output_token_ids. Precondition: 0 <= num_rejected <= num_computed_tokens.
+  void roll_back(Request& r, int64_t num_rejected);
   // Marks a live request finished with `status`, frees its blocks now and returns it (nullptr
   // for an unknown id).
   std::unique_ptr<Request> finish_request(const std::string& request_id, RequestStatus status);
