@@ -241,30 +241,28 @@ std::vector<RequestOutput> EngineCore::step() {
     for (int64_t p = r.num_computed_tokens; p < r.num_computed_tokens + s.num_scheduled_tokens; ++p) {
       chunks[i].push_back(r.token_at(p));
     }
+    PAGELLM_CHECK(s.num_logits_rows <= 1, "a verify step needs a verifier (issue 15)");
     seqs.push_back(ScheduledSeq{&llm_.kv_manager().block_table(r.request_id), chunks[i], r.num_computed_tokens,
-                                s.samples()});
+                                s.num_logits_rows});
   }
   for (const auto& [src, dst] : so.blocks_to_copy) llm_.kv_cache().copy_block(src, dst);
   llm_.model().forward(build_forward_batch(seqs, llm_.kv_cache().block_size()), llm_.kv_cache(), logits_);
   ++counters_.num_steps;
-  // Sampling decisions are taken before num_computed_tokens advances.
-  std::vector<bool> samples(so.scheduled.size());
-  for (size_t i = 0; i < so.scheduled.size(); ++i) samples[i] = so.scheduled[i].samples();
   scheduler_.on_step_done(so);
   const double now = engine_now();
   const int64_t vocab = llm_.model().config().vocab_size;
   int64_t row = 0;
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& s = so.scheduled[i];
-    counters_.prompt_tokens += s.num_scheduled_tokens - (samples[i] ? 1 : 0);
-    if (!samples[i]) continue;
+    counters_.prompt_tokens += s.num_scheduled_tokens - (s.num_logits_rows > 0 ? 1 : 0);
+    if (s.num_logits_rows == 0) continue;
     RequestOutput out;
     out.request_id = s.request->request_id;
     out.num_prompt_tokens = static_cast<int32_t>(s.request->num_prompt_tokens());
     out.num_cached_tokens = static_cast<int32_t>(s.request->num_cached_tokens);
     const std::string id = s.request->request_id;
     const float* row_logits = logits_.data() + row * vocab;
-    ++row;
+    row += s.num_logits_rows;
     // n > 1: members of this request's group fork its blocks before it may finish and free them.
     if (s.request->output_token_ids.empty()) fork_group(*s.request, row_logits, now, outputs);
     postprocess(*s.request, row_logits, now, out);

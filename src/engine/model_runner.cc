@@ -27,7 +27,9 @@ ForwardBatch build_forward_batch(std::span<const ScheduledSeq> seqs, int32_t blo
       b.slot_mapping.push_back(int64_t{table[logical]} * block_size + pos % block_size);
     }
     b.query_start_loc.push_back(b.num_tokens());
-    if (s.need_logits) b.logits_indices.push_back(b.num_tokens() - 1);
+    PAGELLM_CHECK(s.num_logits_rows >= 0 && s.num_logits_rows <= static_cast<int64_t>(s.token_ids.size()),
+                  "more logits rows than new tokens");
+    for (int64_t i = b.num_tokens() - s.num_logits_rows; i < b.num_tokens(); ++i) b.logits_indices.push_back(i);
   }
   return b;
 }

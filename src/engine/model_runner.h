@@ -15,11 +15,12 @@ struct ScheduledSeq {
   const std::vector<int32_t>* block_table = nullptr;  // physical blocks, covers start_pos + n tokens
   std::span<const int32_t> token_ids;                 // the new tokens, n >= 1
   int64_t start_pos = 0;                              // = num_computed_tokens
-  bool need_logits = true;                            // logits of the last new token are returned
+  int32_t num_logits_rows = 1;                        // logits of the last rows new tokens, <= n
 };
 
 // Builds token_ids, positions, slot_mapping, query_start_loc, block_tables (padded with -1) and
-// logits_indices (one per sequence with need_logits, in sequence order).
+// logits_indices (the last num_logits_rows tokens of each sequence, in sequence then position
+// order).
 ForwardBatch build_forward_batch(std::span<const ScheduledSeq> seqs, int32_t block_size);
 
 }  // namespace pagellm

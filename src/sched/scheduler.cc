@@ -137,7 +137,12 @@ SchedulerOutput Scheduler::schedule() {
   if (schedule_running(out, budget)) schedule_waiting(out, budget);
   // A request preempted after being granted tokens earlier in this step cannot happen: victims
   // are taken from the back, behind every request already granted.
-  for (const ScheduledRequest& s : out.scheduled) out.num_scheduled_tokens += s.num_scheduled_tokens;
+  for (ScheduledRequest& s : out.scheduled) {
+    out.num_scheduled_tokens += s.num_scheduled_tokens;
+    const Request& r = *s.request;
+    const bool reaches_end = r.num_computed_tokens + s.num_scheduled_tokens == r.num_tokens();
+    s.num_logits_rows = reaches_end ? static_cast<int32_t>(1 + s.num_spec_tokens) : 0;
+  }
   return out;
 }
 

@@ -42,8 +42,11 @@ struct ScheduledRequest {
   // verify; their blocks are not hashed into the prefix cache until they are accepted. Set by a
   // proposer (speculative decoding, issue 15); 0 today. <= num_scheduled_tokens - 1.
   int64_t num_spec_tokens = 0;
-  // True when this chunk reaches num_tokens(): the step yields logits and a new token.
-  bool samples() const { return request->num_computed_tokens + num_scheduled_tokens == request->num_tokens(); }
+  // Logits rows this sequence gets from the forward pass, for its last num_logits_rows positions:
+  // 0 for a prefill chunk that does not reach num_tokens(), 1 for a step that samples one token,
+  // 1 + num_spec_tokens for a verify step. Set by Scheduler::schedule() (before
+  // num_computed_tokens advances); rows of the step's sequences are consecutive, in order.
+  int32_t num_logits_rows = 0;
 };
 
 struct SchedulerOutput {

@@ -31,6 +31,18 @@ TEST(ModelRunner, PrefillChunkWithoutLogits) {
   EXPECT_TRUE(fb.logits_indices.empty());
 }
 
+// A verify step (1 + 2 proposals) gets the logits of its last 3 tokens; a prefill chunk beside
+// it none, a decode one.
+TEST(ModelRunner, LogitsRowsAreTheLastPositionsOfEachSequence) {
+  const std::vector<int32_t> table_a{4, 6}, table_b{1}, table_c{3};
+  const std::vector<int32_t> a{7, 8, 9}, b{1, 2}, c{5};
+  const ScheduledSeq seqs[] = {{&table_a, a, 4, 3}, {&table_b, b, 0, 0}, {&table_c, c, 2, 1}};
+  const ForwardBatch fb = build_forward_batch(seqs, 4);
+  EXPECT_EQ(fb.logits_indices, (std::vector<int64_t>{0, 1, 2, 5}));
+  const ScheduledSeq too_many{&table_c, c, 2, 2};
+  EXPECT_DEATH(build_forward_batch(std::span<const ScheduledSeq>(&too_many, 1), 4), "more logits rows than new tokens");
+}
+
 TEST(Utf8Stream, NeverSplitsACharacter) {
   const std::string text = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80z";  // a é € 😀 z
   for (size_t split = 0; split <= text.size(); ++split) {

@@ -21,7 +21,7 @@ std::unique_ptr<Request> make(const std::string& id, int n_prompt, double arriva
 void finish_step(Scheduler& s, const SchedulerOutput& out) {
   std::vector<Request*> sampled;
   for (const auto& g : out.scheduled) {
-    if (g.samples()) sampled.push_back(g.request);
+    if (g.num_logits_rows > 0) sampled.push_back(g.request);
   }
   s.on_step_done(out);
   for (Request* r : sampled) r->output_token_ids.push_back(1);
@@ -42,8 +42,8 @@ TEST(Scheduler, ChunkedPrefillUnderTokenBudgetThenDecodesFirst) {
   s.add_request(make("b", 6, 2));
   auto o1 = s.schedule();
   EXPECT_EQ(grants(o1), (Grants{{"a", 7}, {"b", 3}}));  // b gets the rest of the budget
-  EXPECT_TRUE(o1.scheduled[0].samples());
-  EXPECT_FALSE(o1.scheduled[1].samples());
+  EXPECT_EQ(o1.scheduled[0].num_logits_rows, 1);
+  EXPECT_EQ(o1.scheduled[1].num_logits_rows, 0);
   finish_step(s, o1);
   auto o2 = s.schedule();
   EXPECT_EQ(grants(o2), (Grants{{"a", 1}, {"b", 3}}));  // a decodes, b finishes its prompt
@@ -139,7 +139,7 @@ TEST(Scheduler, PreemptsLatestByRecomputeAndResumes) {
   s.finish_request("a", RequestStatus::kFinishedLength);
   auto o4 = s.schedule();
   EXPECT_EQ(grants(o4), (Grants{{"b", 9}, {"c", 1}}));
-  EXPECT_TRUE(o4.scheduled[0].samples());
+  EXPECT_EQ(o4.scheduled[0].num_logits_rows, 1);
 }
 
 TEST(Scheduler, PreemptsItselfWhenItIsTheWorst) {
