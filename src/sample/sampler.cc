@@ -207,4 +207,26 @@ SampleResult Sampler::sample_with_logprobs(std::span<const float> logits, std::s
   return result;
 }
 
+std::vector<SampleResult> Sampler::sample_rows(std::span<const float> logits, int64_t num_rows,
+                                               std::span<const int32_t> prompt_token_ids,
+                                               std::span<const int32_t> output_token_ids, bool with_logprobs) {
+  PAGELLM_CHECK(num_rows > 0 && logits.size() % static_cast<size_t>(num_rows) == 0,
+                "logits.size()=" + std::to_string(logits.size()) + " is not num_rows=" + std::to_string(num_rows) +
+                    " rows");
+  const size_t vocab = logits.size() / static_cast<size_t>(num_rows);
+  std::vector<SampleResult> results;
+  results.reserve(static_cast<size_t>(num_rows));
+  rows_output_.assign(output_token_ids.begin(), output_token_ids.end());
+  for (int64_t i = 0; i < num_rows; ++i) {
+    const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * vocab, vocab);
+    if (with_logprobs) {
+      results.push_back(sample_with_logprobs(row, prompt_token_ids, rows_output_));
+    } else {
+      results.push_back(SampleResult{sample(row, prompt_token_ids, rows_output_), 0.0f, 0, {}});
+    }
+    rows_output_.push_back(results.back().token_id);
+  }
+  return results;
+}
+
 }  // namespace pagellm

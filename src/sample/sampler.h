@@ -86,6 +86,19 @@ class Sampler {
   SampleResult sample_with_logprobs(std::span<const float> logits, std::span<const int32_t> prompt_token_ids,
                                     std::span<const int32_t> output_token_ids);
 
+  // Samples consecutive rows of one sequence, as a verify step needs (speculative decoding):
+  // logits: [num_rows, vocab_size] f32 row-major, vocab_size = logits.size() / num_rows, not
+  // modified. Row i is sampled as sample() / sample_with_logprobs() would be with the tokens of
+  // rows [0, i) appended to output_token_ids (penalties see them), so the results and the RNG
+  // draws are exactly those of num_rows single-row calls in sequence. Returns num_rows results;
+  // logprob, rank and top_logprobs are filled only with with_logprobs (otherwise 0, 0, empty).
+  // Throws SamplingError when a row leaves nothing to sample (rows before it have consumed
+  // their draws, as the single calls would have). Precondition: num_rows > 0 divides
+  // logits.size().
+  std::vector<SampleResult> sample_rows(std::span<const float> logits, int64_t num_rows,
+                                        std::span<const int32_t> prompt_token_ids,
+                                        std::span<const int32_t> output_token_ids, bool with_logprobs);
+
   const SamplingParams& params() const { return params_; }
 
  private:
@@ -111,6 +124,7 @@ class Sampler {
   float max_logit_ = 0.0f;     // max of logits_ after temperature
   std::vector<double> bin_mass_;   // [kNumBins] scratch for extend_sorted_prefix
   std::vector<size_t> bin_count_;  // [kNumBins] scratch for select_top_k
+  std::vector<int32_t> rows_output_;  // sample_rows: output tokens plus the rows sampled so far
 };
 
 }  // namespace pagellm
