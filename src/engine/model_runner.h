@@ -15,7 +15,7 @@ struct ScheduledSeq {
   const std::vector<int32_t>* block_table = nullptr;  // physical blocks, covers start_pos + n tokens
   std::span<const int32_t> token_ids;                 // the new tokens, n >= 1
   int64_t start_pos = 0;                              // = num_computed_tokens
-  int32_t num_logits_rows = 1;                        // logits of the last rows new tokens, <= n
+  int32_t num_logits_rows = 1;                        // logits of the last num_logits_rows tokens, <= n
 };
 
 // Builds token_ids, positions, slot_mapping, query_start_loc, block_tables (padded with -1) and
