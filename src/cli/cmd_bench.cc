@@ -41,7 +41,7 @@ constexpr int64_t kBatchPrompt = 4;  // tokens of each batched-decode sequence's
 // Decode steps `num_seqs` sequences can take together in this KV cache (each a kBatchPrompt-token
 // prompt plus one token per step), at most max_steps.
 int64_t batch_steps(LLM& llm, int64_t num_seqs, int64_t max_steps) {
-  const int64_t blocks_per_seq = llm.kv_cache().num_blocks() / num_seqs;
+  const int64_t blocks_per_seq = llm.runner().num_blocks() / num_seqs;
   return std::min(max_steps, blocks_per_seq * llm.kv_manager().block_size() - kBatchPrompt);
 }
 
@@ -50,7 +50,6 @@ int64_t batch_steps(LLM& llm, int64_t num_seqs, int64_t max_steps) {
 // greedy. Precondition: batch_steps() >= 2 (run_latency checks it).
 double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, std::mt19937& rng) {
   constexpr int64_t kPrompt = kBatchPrompt;
-  const int64_t block_size = llm.kv_manager().block_size();
   const int64_t steps = batch_steps(llm, num_seqs, max_steps);
   PAGELLM_CHECK(steps >= 2, "batch_decode_tokens_per_s: the batch does not fit");
   const int64_t vocab = llm.model().config().vocab_size;
@@ -60,7 +59,6 @@ double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, 
     ids.push_back("batch-" + std::to_string(s));
     for (int64_t i = 0; i < kPrompt; ++i) tokens[s].push_back(static_cast<int32_t>(rng() % vocab));
   }
-  std::vector<float> logits;
   auto step = [&](int64_t n_new) {
     std::vector<ScheduledSeq> seqs;
     for (int64_t s = 0; s < num_seqs; ++s) {
@@ -68,9 +66,9 @@ double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, 
       PAGELLM_CHECK(llm.kv_manager().allocate_slots(ids[s], total), "bench: KV cache full");
       seqs.push_back(ScheduledSeq{&llm.kv_manager().block_table(ids[s]),
                                   std::span<const int32_t>(tokens[s]).subspan(total - n_new, n_new), total - n_new,
-                                  true});
+                                  1});
     }
-    llm.model().forward(build_forward_batch(seqs, static_cast<int32_t>(block_size)), llm.kv_cache(), logits);
+    const std::vector<float>& logits = llm.runner().execute(seqs).logits;
     for (int64_t s = 0; s < num_seqs; ++s) tokens[s].push_back(argmax_row(&logits[s * vocab], vocab));
   };
   step(kPrompt);
@@ -113,7 +111,7 @@ int run_latency(const LatencyArgs& a) {
     int64_t largest = 0;
     while (batch_steps(llm, largest + 1, n_gen) >= 2) ++largest;
     throw Error("--batch " + std::to_string(b) + ": " + std::to_string(b) + " sequences do not fit the KV cache (" +
-                std::to_string(llm.kv_cache().num_blocks()) + " blocks of " +
+                std::to_string(llm.runner().num_blocks()) + " blocks of " +
                 std::to_string(llm.kv_manager().block_size()) + " tokens, one context's worth); at most " +
                 std::to_string(largest) + " here");
   }

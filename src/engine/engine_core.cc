@@ -13,13 +13,13 @@ double engine_now() {
 }
 
 EngineCore::EngineCore(LLM& llm, const SchedulerLimits& limits)
-    : llm_(llm), scheduler_(limits, llm.kv_manager()) {
-  const int64_t pool_tokens = int64_t{llm.kv_cache().num_blocks()} * llm.kv_cache().block_size();
-  max_total_tokens_ = std::min<int64_t>(llm.model().config().max_position_embeddings, pool_tokens);
+    : llm_(llm), runner_(llm.runner()), kv_manager_(llm.kv_manager()), scheduler_(limits, kv_manager_) {
+  const int64_t pool_tokens = int64_t{runner_.num_blocks()} * runner_.block_size();
+  max_total_tokens_ = std::min<int64_t>(runner_.model_config().max_position_embeddings, pool_tokens);
 }
 
 void EngineCore::add_request(const EngineRequest& req) {
-  const int64_t vocab = llm_.model().config().vocab_size;
+  const int64_t vocab = runner_.model_config().vocab_size;
   if (req.prompt_token_ids.empty()) throw Error("the prompt has no tokens");
   for (int32_t id : req.prompt_token_ids) {
     if (id < 0 || id >= vocab) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
@@ -122,7 +122,7 @@ void EngineCore::fork_group(Request& leader, const float* logits, double now, st
     Request& r = *m;
     r.num_computed_tokens = leader.num_computed_tokens;
     r.num_cached_tokens = leader.num_computed_tokens;  // served from the shared blocks
-    llm_.kv_manager().fork(leader.request_id, r.request_id);
+    kv_manager_.fork(leader.request_id, r.request_id);
     states_.at(r.request_id).times.first_scheduled = states_.at(leader.request_id).times.first_scheduled;
     scheduler_.add_running(std::move(m));
     RequestOutput out;
@@ -231,27 +231,18 @@ std::vector<RequestOutput> EngineCore::step() {
   const SchedulerOutput so = scheduler_.schedule();
   if (so.scheduled.empty()) return outputs;
   const double t_sched = engine_now();
-  std::vector<std::vector<int32_t>> chunks(so.scheduled.size());
-  std::vector<ScheduledSeq> seqs;
-  for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    const ScheduledRequest& s = so.scheduled[i];
-    Request& r = *s.request;
-    State& st = states_.at(r.request_id);
-    if (st.times.first_scheduled == 0) st.times.first_scheduled = t_sched;
-    for (int64_t p = r.num_computed_tokens; p < r.num_computed_tokens + s.num_scheduled_tokens; ++p) {
-      chunks[i].push_back(r.token_at(p));
-    }
-    PAGELLM_CHECK(s.num_logits_rows <= 1, "a verify step needs a verifier (issue 15)");
-    seqs.push_back(ScheduledSeq{&llm_.kv_manager().block_table(r.request_id), chunks[i], r.num_computed_tokens,
-                                s.num_logits_rows});
+  for (const ScheduledRequest& s : so.scheduled) {
+    RequestTimes& times = states_.at(s.request->request_id).times;
+    if (times.first_scheduled == 0) times.first_scheduled = t_sched;
   }
-  for (const auto& [src, dst] : so.blocks_to_copy) llm_.kv_cache().copy_block(src, dst);
-  llm_.model().forward(build_forward_batch(seqs, llm_.kv_cache().block_size()), llm_.kv_cache(), logits_);
+  for (const ScheduledRequest& s : so.scheduled) {
+    PAGELLM_CHECK(s.num_logits_rows <= 1, "a verify step needs a verifier (issue 15)");
+  }
+  runner_.copy_blocks(so.blocks_to_copy);
+  const ModelRunnerOutput& mo = runner_.execute(so, kv_manager_);
   ++counters_.num_steps;
   scheduler_.on_step_done(so);
   const double now = engine_now();
-  const int64_t vocab = llm_.model().config().vocab_size;
-  int64_t row = 0;
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& s = so.scheduled[i];
     counters_.prompt_tokens += s.num_scheduled_tokens - (s.num_logits_rows > 0 ? 1 : 0);
@@ -261,8 +252,7 @@ std::vector<RequestOutput> EngineCore::step() {
     out.num_prompt_tokens = static_cast<int32_t>(s.request->num_prompt_tokens());
     out.num_cached_tokens = static_cast<int32_t>(s.request->num_cached_tokens);
     const std::string id = s.request->request_id;
-    const float* row_logits = logits_.data() + row * vocab;
-    row += s.num_logits_rows;
+    const float* row_logits = mo.row(i).data();
     // n > 1: members of this request's group fork its blocks before it may finish and free them.
     if (s.request->output_token_ids.empty()) fork_group(*s.request, row_logits, now, outputs);
     postprocess(*s.request, row_logits, now, out);

@@ -1,6 +1,8 @@
-// The synchronous engine: one step = schedule -> build the flat batch -> forward -> sample ->
-// update (append tokens, detokenize, stop checks, free finished requests' blocks in the same
-// step). Single-threaded; AsyncEngine runs it on the engine thread.
+// The synchronous engine, the only loop that drives the model: one step = schedule ->
+// ModelRunner::copy_blocks + execute (flat batch, forward, logits rows) -> sample -> update
+// (append tokens, detokenize, stop checks, free finished requests' blocks in the same step).
+// Single-threaded; AsyncEngine runs it on the engine thread, LLM::generate and `bench latency`
+// drive it directly.
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 #include "engine/detokenizer.h"
 #include "engine/engine_types.h"
 #include "engine/llm.h"
+#include "engine/model_runner.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
 
@@ -67,14 +70,15 @@ class EngineCore {
   void promote_member(const std::string& group);
   RequestOutput finish(const std::string& id, RequestStatus status, RequestOutput out, double now);
 
-  LLM& llm_;
+  LLM& llm_;                    // the tokenizer (postprocess)
+  ModelRunner& runner_;         // the only way to the model and the KV storage
+  KvCacheManager& kv_manager_;  // block tables; the scheduler allocates, forks use it
   Scheduler scheduler_;
   std::unordered_map<std::string, State> states_;
   std::unordered_map<std::string, Group> groups_;        // by parallel_group, until forked
   std::unordered_map<std::string, std::string> group_of_;  // request id -> group (unforked members)
   EngineCounters counters_;
   int64_t max_total_tokens_;  // min(context length, whole KV pool in tokens)
-  std::vector<float> logits_;
 };
 
 }  // namespace pagellm

@@ -22,20 +22,20 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
     throw Error("block_size must be in [1, 1024], got " + std::to_string(config_.block_size));
   }
   if (config_.max_num_batched_tokens <= 0) throw Error("max_num_batched_tokens must be positive");
-  pool_ = std::make_unique<ThreadPool>(config_.num_threads > 0 ? config_.num_threads
-                                                                : ThreadPool::default_num_threads());
+  auto pool = std::make_unique<ThreadPool>(config_.num_threads > 0 ? config_.num_threads
+                                                                    : ThreadPool::default_num_threads());
   file_ = GgufFile::open(config_.model_path);
-  model_ = std::make_unique<LlamaModel>(*file_, pool_.get());
+  auto model = std::make_unique<LlamaModel>(*file_, pool.get());
   try {
     tokenizer_ = Tokenizer::from_gguf(*file_);
   } catch (const Error& e) {
     throw Error("model '" + config_.model_path + "': " + e.what());
   }
-  if (tokenizer_->vocab_size() != model_->config().vocab_size) {
+  if (tokenizer_->vocab_size() != model->config().vocab_size) {
     throw Error("model '" + config_.model_path + "': tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
-                " tokens but token_embd has " + std::to_string(model_->config().vocab_size) + " rows");
+                " tokens but token_embd has " + std::to_string(model->config().vocab_size) + " rows");
   }
-  const KvCacheShape shape = model_->kv_shape(config_.kv_dtype);
+  const KvCacheShape shape = model->kv_shape(config_.kv_dtype);
   int32_t num_blocks;
   if (config_.kv_cache_bytes > 0) {
     num_blocks = KvCache::blocks_for_bytes(shape, config_.block_size, config_.kv_cache_bytes);
@@ -44,16 +44,17 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
                   std::to_string(shape.bytes_per_token() * config_.block_size) + " bytes");
     }
   } else {
-    num_blocks = static_cast<int32_t>((model_->config().max_position_embeddings + config_.block_size - 1) /
+    num_blocks = static_cast<int32_t>((model->config().max_position_embeddings + config_.block_size - 1) /
                                       config_.block_size);
   }
-  kv_cache_ = std::make_unique<KvCache>(shape, num_blocks, config_.block_size);
+  runner_ = std::make_unique<ModelRunner>(std::move(pool), std::move(model),
+                                          KvCacheGeometry{num_blocks, config_.block_size, config_.kv_dtype});
   kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size, config_.enable_prefix_caching);
 }
 
 GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                              const std::function<void(std::string_view)>& on_text) {
-  const LlamaConfig& mc = model_->config();
+  const LlamaConfig& mc = runner_->model_config();
   if (prompt.empty()) throw Error("the prompt has no tokens");
   for (int32_t id : prompt) {
     if (id < 0 || id >= mc.vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
@@ -90,12 +91,12 @@ GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateO
   for (int64_t start = 0; start < n_prompt; start += config_.max_num_batched_tokens) {
     const int64_t len = std::min(config_.max_num_batched_tokens, n_prompt - start);
     if (!kv_manager_->allocate_slots(rid, start + len)) {
-      throw Error("the KV cache (" + std::to_string(kv_cache_->num_blocks()) + " blocks of " +
+      throw Error("the KV cache (" + std::to_string(runner_->num_blocks()) + " blocks of " +
                   std::to_string(config_.block_size) + " tokens) cannot hold the prompt");
     }
     ScheduledSeq s{&kv_manager_->block_table(rid), std::span<const int32_t>(all).subspan(start, len), start,
-                   start + len == n_prompt};
-    model_->forward(build_forward_batch(std::span<const ScheduledSeq>(&s, 1), config_.block_size), *kv_cache_, logits);
+                   start + len == n_prompt ? 1 : 0};
+    logits = runner_->execute(std::span<const ScheduledSeq>(&s, 1)).logits;
   }
   res.timings.prompt_seconds = seconds_since(t0);
 
@@ -121,8 +122,8 @@ GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateO
     if (!kv_manager_->allocate_slots(rid, pos + 1)) {
       throw Error("the KV cache ran out of blocks after " + std::to_string(res.token_ids.size()) + " tokens");
     }
-    ScheduledSeq s{&kv_manager_->block_table(rid), std::span<const int32_t>(all).subspan(pos, 1), pos, true};
-    model_->forward(build_forward_batch(std::span<const ScheduledSeq>(&s, 1), config_.block_size), *kv_cache_, logits);
+    ScheduledSeq s{&kv_manager_->block_table(rid), std::span<const int32_t>(all).subspan(pos, 1), pos, 1};
+    logits = runner_->execute(std::span<const ScheduledSeq>(&s, 1)).logits;
     ++res.timings.decode_tokens;
   }
   res.timings.decode_seconds = seconds_since(t0);

@@ -1,5 +1,6 @@
-// A loaded model ready to generate: GGUF mapping, weights, tokenizer, paged KV cache and worker
-// threads. `generate` runs one request through the same flat-batch forward pass that the batching
+// A loaded model ready to generate: the GGUF mapping, the tokenizer, the model runner (weights,
+// paged KV storage, worker threads) and the KV cache manager (block tables, prefix cache) of that
+// storage. `generate` runs one request through the same flat-batch forward pass that the batching
 // engine uses (prefill in chunks, then one decode token per step).
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/model_runner.h"
 #include "format/gguf.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_manager.h"
@@ -60,11 +62,12 @@ class LLM {
 
   const EngineConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
-  LlamaModel& model() { return *model_; }
+  const LlamaModel& model() const { return runner_->model(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
-  KvCache& kv_cache() { return *kv_cache_; }
+  const KvCache& kv_cache() const { return runner_->kv_cache(); }
+  ModelRunner& runner() { return *runner_; }
   KvCacheManager& kv_manager() { return *kv_manager_; }
-  ThreadPool& pool() { return *pool_; }
+  ThreadPool& pool() { return *runner_->pool(); }
 
   // Generates up to options.max_tokens tokens after prompt_token_ids. on_text receives text
   // deltas as they become complete UTF-8. Throws pagellm::Error when the prompt is empty, holds
@@ -74,11 +77,9 @@ class LLM {
 
  private:
   EngineConfig config_;
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<GgufFile> file_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<GgufFile> file_;  // before runner_: the weights are read from its mapping
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<KvCache> kv_cache_;
+  std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_manager_;
 };
 

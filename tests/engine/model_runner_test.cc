@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "engine/utf8_stream.h"
+#include "format/gguf.h"
+#include "kv/kv_cache_manager.h"
+#include "test_util.h"
 
 namespace pagellm {
 namespace {
@@ -31,16 +36,36 @@ TEST(ModelRunner, PrefillChunkWithoutLogits) {
   EXPECT_TRUE(fb.logits_indices.empty());
 }
 
-// A verify step (1 + 2 proposals) gets the logits of its last 3 tokens; a prefill chunk beside
-// it none, a decode one.
-TEST(ModelRunner, LogitsRowsAreTheLastPositionsOfEachSequence) {
-  const std::vector<int32_t> table_a{4, 6}, table_b{1}, table_c{3};
-  const std::vector<int32_t> a{7, 8, 9}, b{1, 2}, c{5};
-  const ScheduledSeq seqs[] = {{&table_a, a, 4, 3}, {&table_b, b, 0, 0}, {&table_c, c, 2, 1}};
+TEST(ModelRunner, SeveralLogitsRowsAreTheLastTokens) {
+  const std::vector<int32_t> table_a{0}, table_b{1, 2};
+  const std::vector<int32_t> a{1, 2, 3}, b{4, 5};
+  const ScheduledSeq seqs[] = {{&table_a, a, 0, 3}, {&table_b, b, 4, 0}, {&table_b, b, 6, 2}};
   const ForwardBatch fb = build_forward_batch(seqs, 4);
-  EXPECT_EQ(fb.logits_indices, (std::vector<int64_t>{0, 1, 2, 5}));
-  const ScheduledSeq too_many{&table_c, c, 2, 2};
-  EXPECT_DEATH(build_forward_batch(std::span<const ScheduledSeq>(&too_many, 1), 4), "more logits rows than new tokens");
+  EXPECT_EQ(fb.logits_indices, (std::vector<int64_t>{0, 1, 2, 5, 6}));
+  const ScheduledSeq too_many{&table_a, a, 0, 4};
+  EXPECT_DEATH(build_forward_batch(std::span<const ScheduledSeq>(&too_many, 1), 4), "more logits rows");
+}
+
+// execute: sequence i owns rows [row_offset[i], + num_rows[i]); a k-row request (speculative
+// verification shape) gets, in its last row, the bits a one-row request gets for the same token.
+TEST(ModelRunner, ExecuteReturnsRowsPerSequence) {
+  auto file = GgufFile::open(test::source_dir() + "/models/stories260K-f32.gguf");
+  ThreadPool pool(2);
+  LlamaModel model(*file, &pool);
+  ModelRunner runner(model, KvCacheGeometry{8, 16, GgmlType::F32});
+  KvCacheManager kv(8, 16);
+  const std::vector<int32_t> prompt{1, 403, 407, 152, 133};
+  ASSERT_TRUE(kv.allocate_slots("a", 5));
+  ASSERT_TRUE(kv.allocate_slots("b", 5));
+  const ScheduledSeq seqs[] = {{&kv.block_table("a"), prompt, 0, 3}, {&kv.block_table("b"), prompt, 0, 1}};
+  const ModelRunnerOutput& mo = runner.execute(seqs);
+  const int64_t vocab = model.config().vocab_size;
+  ASSERT_EQ(mo.vocab_size, vocab);
+  EXPECT_EQ(mo.row_offset, (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(mo.num_rows, (std::vector<int32_t>{3, 1}));
+  ASSERT_EQ(mo.logits.size(), static_cast<size_t>(4 * vocab));
+  EXPECT_EQ(std::memcmp(mo.row(0, 2).data(), mo.row(1).data(), vocab * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(mo.row(0, 1).data(), mo.row(1).data(), vocab * sizeof(float)), 0);
 }
 
 TEST(Utf8Stream, NeverSplitsACharacter) {

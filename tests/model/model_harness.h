@@ -1,5 +1,6 @@
-// Test harness: drives LlamaModel directly through the paged KV cache, one or many sequences per
-// forward pass, with any prefill chunking, and returns every logit row it asked for.
+// Test harness: a client of ModelRunner (the engine's owner of model execution) with its own
+// KvCacheManager, for model tests that need logits: one or many sequences per forward pass, any
+// prefill chunking, every logit row it asked for (EngineCore samples and returns tokens only).
 #pragma once
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 
 #include "core/error.h"
 #include "engine/model_runner.h"
-#include "kv/kv_cache.h"
 #include "kv/kv_cache_manager.h"
 #include "model/llama.h"
 
@@ -18,7 +18,7 @@ namespace pagellm::test {
 class ModelHarness {
  public:
   ModelHarness(LlamaModel& model, int32_t num_blocks, int32_t block_size, GgmlType kv_dtype = GgmlType::F32)
-      : model_(model), kv_(model.kv_shape(kv_dtype), num_blocks, block_size), manager_(num_blocks, block_size) {}
+      : runner_(model, KvCacheGeometry{num_blocks, block_size, kv_dtype}), manager_(num_blocks, block_size) {}
 
   // Work of one sequence in one step: append `tokens` to sequence `id` and compute them.
   struct Work {
@@ -38,26 +38,15 @@ class ModelHarness {
     for (const Work& w : work) {
       const std::vector<int32_t>& all = tokens_[w.id];
       const int64_t start = static_cast<int64_t>(all.size() - w.tokens.size());
-      seqs.push_back(ScheduledSeq{&manager_.block_table(w.id),
-                                  std::span<const int32_t>(all).subspan(start, w.tokens.size()), start, true});
+      const auto n = static_cast<int32_t>(w.tokens.size());
+      seqs.push_back(ScheduledSeq{&manager_.block_table(w.id), std::span<const int32_t>(all).subspan(start, n), start,
+                                  w.all_logits ? n : 1});
     }
-    ForwardBatch fb = build_forward_batch(seqs, manager_.block_size());
-    // Replace the logits indices: all tokens of items that want them.
-    fb.logits_indices.clear();
-    std::vector<int64_t> counts;
-    for (size_t i = 0; i < work.size(); ++i) {
-      const int64_t b = fb.query_start_loc[i], e = fb.query_start_loc[i + 1];
-      for (int64_t t = work[i].all_logits ? b : e - 1; t < e; ++t) fb.logits_indices.push_back(t);
-      counts.push_back(work[i].all_logits ? e - b : 1);
-    }
-    std::vector<float> logits;
-    model_.forward(fb, kv_, logits);
-    const int64_t vocab = model_.config().vocab_size;
+    const ModelRunnerOutput& mo = runner_.execute(seqs);
     std::vector<std::vector<float>> out;
-    int64_t row = 0;
-    for (int64_t c : counts) {
-      out.emplace_back(logits.begin() + row * vocab, logits.begin() + (row + c) * vocab);
-      row += c;
+    for (size_t i = 0; i < work.size(); ++i) {
+      const auto begin = mo.logits.begin() + mo.row_offset[i] * mo.vocab_size;
+      out.emplace_back(begin, begin + mo.num_rows[i] * mo.vocab_size);
     }
     return out;
   }
@@ -69,8 +58,7 @@ class ModelHarness {
   KvCacheManager& manager() { return manager_; }
 
  private:
-  LlamaModel& model_;
-  KvCache kv_;
+  ModelRunner runner_;
   KvCacheManager manager_;
   std::map<std::string, std::vector<int32_t>> tokens_;
 };
