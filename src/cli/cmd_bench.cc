@@ -1,8 +1,9 @@
 // `pagellm bench latency`: single-stream prompt processing and generation speed of one model,
 // with a memory-bandwidth probe in the same run, so that the fraction of the machine's bandwidth
 // reached by decode (model bytes x tokens/s / probe GB/s) is a ratio measured at one time.
-// --batch B1,B2,..: batched decode, B sequences advancing one token per forward pass (one pass
-// over the weights serves all of them), output tokens/s per B.
+// --batch B1,B2,..: batched decode, B requests advancing one token per engine step (one forward
+// pass over the weights serves all of them), output tokens/s per B. Every figure runs through
+// EngineCore (scheduler, model runner, sampler), as serving does.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -17,7 +18,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/llm.h"
-#include "engine/model_runner.h"
+#include "engine/engine_core.h"
 
 namespace pagellm::cli {
 namespace {
@@ -32,10 +33,6 @@ struct LatencyArgs {
   bool json = false;
 };
 
-int32_t argmax_row(const float* x, int64_t n) {
-  return static_cast<int32_t>(std::max_element(x, x + n) - x);
-}
-
 constexpr int64_t kBatchPrompt = 4;  // tokens of each batched-decode sequence's prompt
 
 // Decode steps `num_seqs` sequences can take together in this KV cache (each a kBatchPrompt-token
@@ -45,38 +42,39 @@ int64_t batch_steps(LLM& llm, int64_t num_seqs, int64_t max_steps) {
   return std::min(max_steps, blocks_per_seq * llm.kv_manager().block_size() - kBatchPrompt);
 }
 
-// Output tokens/s of `num_seqs` sequences decoding together: each gets a 4-token random prompt
-// (prefilled in one untimed pass), then batch_steps() - 1 timed steps of one token per sequence,
-// greedy. Precondition: batch_steps() >= 2 (run_latency checks it).
+// Output tokens/s of `num_seqs` requests decoding together through EngineCore (scheduler and
+// greedy sampler included, as in serving): each a kBatchPrompt-token random prompt and
+// batch_steps() tokens, EOS ignored. The first step (untimed) prefills every prompt and samples
+// each request's first token; the batch_steps() - 1 timed steps give one token per request each.
+// Precondition: batch_steps() >= 2 (run_latency checks it).
 double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, std::mt19937& rng) {
-  constexpr int64_t kPrompt = kBatchPrompt;
   const int64_t steps = batch_steps(llm, num_seqs, max_steps);
   PAGELLM_CHECK(steps >= 2, "batch_decode_tokens_per_s: the batch does not fit");
   const int64_t vocab = llm.model().config().vocab_size;
-  std::vector<std::string> ids;
-  std::vector<std::vector<int32_t>> tokens(num_seqs);
+  // Every sequence runs from the first step on, its prompt prefilled in that step.
+  const SchedulerLimits limits{static_cast<int32_t>(num_seqs),
+                               std::max(llm.config().max_num_batched_tokens, num_seqs * kBatchPrompt)};
+  EngineCore core(llm, limits);
   for (int64_t s = 0; s < num_seqs; ++s) {
-    ids.push_back("batch-" + std::to_string(s));
-    for (int64_t i = 0; i < kPrompt; ++i) tokens[s].push_back(static_cast<int32_t>(rng() % vocab));
+    EngineRequest req;
+    req.request_id = "batch-" + std::to_string(s);
+    for (int64_t i = 0; i < kBatchPrompt; ++i) req.prompt_token_ids.push_back(static_cast<int32_t>(rng() % vocab));
+    req.sampling.temperature = 0;
+    req.max_tokens = static_cast<int32_t>(steps);
+    req.ignore_eos = true;
+    core.add_request(req);
   }
-  auto step = [&](int64_t n_new) {
-    std::vector<ScheduledSeq> seqs;
-    for (int64_t s = 0; s < num_seqs; ++s) {
-      const auto total = static_cast<int64_t>(tokens[s].size());
-      PAGELLM_CHECK(llm.kv_manager().allocate_slots(ids[s], total), "bench: KV cache full");
-      seqs.push_back(ScheduledSeq{&llm.kv_manager().block_table(ids[s]),
-                                  std::span<const int32_t>(tokens[s]).subspan(total - n_new, n_new), total - n_new,
-                                  1});
-    }
-    const std::vector<float>& logits = llm.runner().execute(seqs).logits;
-    for (int64_t s = 0; s < num_seqs; ++s) tokens[s].push_back(argmax_row(&logits[s * vocab], vocab));
-  };
-  step(kPrompt);
+  int64_t tokens = 0;
+  for (const RequestOutput& out : core.step()) tokens += static_cast<int64_t>(out.new_token_ids.size());
+  PAGELLM_CHECK(tokens == num_seqs, "bench: the first step did not start every sequence");
+  tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 1; i < steps; ++i) step(1);
+  while (core.has_work()) {
+    for (const RequestOutput& out : core.step()) tokens += static_cast<int64_t>(out.new_token_ids.size());
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (const std::string& id : ids) llm.kv_manager().free(id);
-  return secs > 0 ? static_cast<double>(num_seqs * (steps - 1)) / secs : 0;
+  PAGELLM_CHECK(tokens == num_seqs * (steps - 1), "bench: a sequence stopped early");
+  return secs > 0 ? static_cast<double>(tokens) / secs : 0;
 }
 
 double peak_rss_mib() {
