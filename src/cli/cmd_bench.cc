@@ -28,6 +28,7 @@ struct LatencyArgs {
   int64_t prompt_tokens = 512;
   int32_t gen_tokens = 128;
   int threads = 0;
+  int32_t block_size = EngineConfig{}.block_size;
   int64_t probe_mib = 2048;
   std::vector<int64_t> batch;  // batched decode sizes
   bool json = false;
@@ -52,8 +53,9 @@ double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, 
   PAGELLM_CHECK(steps >= 2, "batch_decode_tokens_per_s: the batch does not fit");
   const int64_t vocab = llm.model().config().vocab_size;
   // Every sequence runs from the first step on, its prompt prefilled in that step.
-  const SchedulerLimits limits{static_cast<int32_t>(num_seqs),
-                               std::max(llm.config().max_num_batched_tokens, num_seqs * kBatchPrompt)};
+  SchedulerLimits limits = llm.config().scheduler_limits();
+  limits.max_num_seqs = static_cast<int32_t>(num_seqs);
+  limits.max_num_batched_tokens = std::max(limits.max_num_batched_tokens, num_seqs * kBatchPrompt);
   EngineCore core(llm, limits);
   for (int64_t s = 0; s < num_seqs; ++s) {
     EngineRequest req;
@@ -87,6 +89,7 @@ int run_latency(const LatencyArgs& a) {
   EngineConfig cfg;
   cfg.model_path = a.model.empty() ? default_model_path() : a.model;
   cfg.num_threads = a.threads;
+  cfg.block_size = a.block_size;
   LLM llm(cfg);
   const LlamaConfig& mc = llm.model().config();
   const int64_t ctx = mc.max_position_embeddings;
@@ -190,6 +193,8 @@ Handler add_bench(CLI::App& app) {
                   "Tokens to generate (>= 2; the first comes from the prefill, the rest are timed decode steps)");
   lat->add_option("-t,--threads", a->threads, "Worker threads (0 or unset: all cores)")
       ->check(CLI::Range(0, 4096));
+  lat->add_option("--block-size", a->block_size, "Tokens per KV block (a power of two in [1, 256])")
+      ->capture_default_str();
   lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   lat->add_option("--batch", a->batch,

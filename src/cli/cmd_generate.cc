@@ -20,6 +20,7 @@ struct GenerateArgs {
   float repetition_penalty = 1.0f;
   int64_t seed = -1;
   int threads = 0;
+  int32_t block_size = EngineConfig{}.block_size;
   std::string kv_dtype = "f32";
   bool ignore_eos = false;
   bool json = false;
@@ -29,10 +30,9 @@ int run_generate(const GenerateArgs& a) {
   EngineConfig cfg;
   cfg.model_path = a.model.empty() ? default_model_path() : a.model;
   cfg.num_threads = a.threads;
-  if (a.kv_dtype == "f32") cfg.kv_dtype = GgmlType::F32;
-  else if (a.kv_dtype == "f16") cfg.kv_dtype = GgmlType::F16;
-  else throw Error("--kv-dtype must be f32 or f16, got '" + a.kv_dtype + "'");
-  LLM llm(cfg);
+  cfg.block_size = a.block_size;
+  cfg.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  LLM llm(cfg);  // validates cfg
 
   GenerateOptions opt;
   opt.max_tokens = a.max_tokens;
@@ -101,6 +101,8 @@ Handler add_generate(CLI::App& app) {
   app.add_option("--repeat-penalty", a->repetition_penalty, "Repetition penalty (1 = off)");
   app.add_option("--seed", a->seed, "RNG seed (-1 = random)");
   app.add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--block-size", a->block_size, "Tokens per KV block (a power of two in [1, 256])")
+      ->capture_default_str();
   app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type: f32 or f16");
   app.add_flag("--ignore-eos", a->ignore_eos, "Keep generating after the end-of-sequence token");
   app.add_flag("--json", a->json, "Print one JSON object: prompt_token_ids, token_ids, text, timings");

@@ -11,20 +11,24 @@ namespace pagellm::cli {
 Handler add_serve(CLI::App& app) {
   auto o = std::make_shared<server::ServeOptions>();
   auto kv_dtype = std::make_shared<std::string>("f32");
-  app.add_option("-m,--model", o->model_path, "GGUF model file (default: the bundled stories260K)");
+  auto kv_cache_memory = std::make_shared<std::string>();
+  EngineConfig& e = o->engine;
+  app.add_option("-m,--model", e.model_path, "GGUF model file (default: the bundled stories260K)");
   app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port, printed at start-up)")->capture_default_str();
-  app.add_option("--threads", o->threads, "Model worker threads (0: all logical CPUs, std::thread::hardware_concurrency)")->capture_default_str();
+  app.add_option("--threads", e.num_threads, "Model worker threads (0: all logical CPUs, std::thread::hardware_concurrency)")->capture_default_str();
   app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--max-num-seqs", o->max_num_seqs, "Most requests running in one step")->capture_default_str();
-  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Token budget of one step (forward pass)")
+  app.add_option("--max-num-seqs", e.max_num_seqs, "Most requests running in one step")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "Token budget of one step (forward pass)")
       ->capture_default_str();
-  app.add_option("--kv-cache-memory", o->kv_cache_memory,
+  app.add_option("--block-size", e.block_size, "Tokens per KV block (a power of two in [1, 256])")
+      ->capture_default_str();
+  app.add_option("--kv-cache-memory", *kv_cache_memory,
                  "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: 16 full contexts, at most 1 GiB");
   app.add_option("--kv-dtype", *kv_dtype, "KV cache dtype: f32 or f16")->capture_default_str();
-  app.add_flag("--no-prefix-caching", [o](int64_t) { o->enable_prefix_caching = false; },
+  app.add_flag("--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
                "Turn off automatic prefix caching (shared KV blocks for shared prompt prefixes)");
-  app.add_option("--max-waiting", o->max_waiting, "Waiting-queue bound; beyond it requests get 429")
+  app.add_option("--max-waiting", e.max_waiting, "Waiting-queue bound; beyond it requests get 429")
       ->capture_default_str();
   app.add_option("--max-n", o->max_n,
                  "Most sequences (prompts x n, or x best_of) one request may start, and at most --max-waiting; "
@@ -54,14 +58,18 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--drain-timeout", o->drain_timeout_seconds,
                  "Seconds to let running requests finish after SIGINT/SIGTERM")
       ->capture_default_str();
-  return [o, kv_dtype] {
-    if (o->model_path.empty()) o->model_path = default_model_path();
+  return [o, kv_dtype, kv_cache_memory] {
+    EngineConfig& e = o->engine;
+    if (e.model_path.empty()) e.model_path = default_model_path();
     if (o->api_key.empty()) {
       if (const char* key = std::getenv("PAGELLM_API_KEY")) o->api_key = key;
     }
-    if (*kv_dtype == "f32") o->kv_dtype = GgmlType::F32;
-    else if (*kv_dtype == "f16") o->kv_dtype = GgmlType::F16;
-    else throw Error("--kv-dtype must be f32 or f16, got '" + *kv_dtype + "'");
+    e.kv_dtype = parse_kv_dtype(*kv_dtype);
+    if (!kv_cache_memory->empty()) {
+      const server::KvCacheMemory m = server::parse_kv_cache_memory(*kv_cache_memory);
+      e.kv_cache_bytes = m.bytes;
+      e.kv_cache_blocks = m.blocks;
+    }
     if (o->drain_timeout_seconds < 0) throw Error("--drain-timeout must be >= 0");
     return server::run_serve(*o);
   };

@@ -12,6 +12,8 @@ double engine_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+EngineCore::EngineCore(LLM& llm) : EngineCore(llm, llm.config().scheduler_limits()) {}
+
 EngineCore::EngineCore(LLM& llm, const SchedulerLimits& limits)
     : llm_(llm), runner_(llm.runner()), kv_manager_(llm.kv_manager()), scheduler_(limits, kv_manager_) {
   const int64_t pool_tokens = int64_t{runner_.num_blocks()} * runner_.block_size();

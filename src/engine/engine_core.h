@@ -27,6 +27,9 @@ struct EngineCounters {
 
 class EngineCore {
  public:
+  // Steps requests on llm's runner and KV manager under llm.config().scheduler_limits().
+  explicit EngineCore(LLM& llm);
+  // The same under other limits (tests; a bench that must run B sequences at once).
   EngineCore(LLM& llm, const SchedulerLimits& limits);
 
   // Validates and queues a request. Throws pagellm::Error (empty prompt, out-of-vocabulary id,

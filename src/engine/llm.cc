@@ -18,10 +18,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 LLM::LLM(const EngineConfig& config) : config_(config) {
-  if (config_.block_size <= 0 || config_.block_size > 1024) {
-    throw Error("block_size must be in [1, 1024], got " + std::to_string(config_.block_size));
-  }
-  if (config_.max_num_batched_tokens <= 0) throw Error("max_num_batched_tokens must be positive");
+  config_.validate();
   auto pool = std::make_unique<ThreadPool>(config_.num_threads > 0 ? config_.num_threads
                                                                     : ThreadPool::default_num_threads());
   file_ = GgufFile::open(config_.model_path);
@@ -35,18 +32,7 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
     throw Error("model '" + config_.model_path + "': tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
                 " tokens but token_embd has " + std::to_string(model->config().vocab_size) + " rows");
   }
-  const KvCacheShape shape = model->kv_shape(config_.kv_dtype);
-  int32_t num_blocks;
-  if (config_.kv_cache_bytes > 0) {
-    num_blocks = KvCache::blocks_for_bytes(shape, config_.block_size, config_.kv_cache_bytes);
-    if (num_blocks == 0) {
-      throw Error("--kv-cache-memory " + std::to_string(config_.kv_cache_bytes) + " bytes holds no block of " +
-                  std::to_string(shape.bytes_per_token() * config_.block_size) + " bytes");
-    }
-  } else {
-    num_blocks = static_cast<int32_t>((model->config().max_position_embeddings + config_.block_size - 1) /
-                                      config_.block_size);
-  }
+  const int32_t num_blocks = plan_kv_cache(config_, model->config());
   runner_ = std::make_unique<ModelRunner>(std::move(pool), std::move(model),
                                           KvCacheGeometry{num_blocks, config_.block_size, config_.kv_dtype});
   kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size, config_.enable_prefix_caching);
@@ -64,7 +50,9 @@ GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateO
   req.sampling = opt.sampling;
   req.max_tokens = std::max(opt.max_tokens, 1);  // clamped by the engine to the context
   req.ignore_eos = opt.ignore_eos;
-  EngineCore core(*this, SchedulerLimits{1, config_.max_num_batched_tokens});
+  SchedulerLimits limits = config_.scheduler_limits();
+  limits.max_num_seqs = 1;
+  EngineCore core(*this, limits);
   core.add_request(req);  // the engine validates (prompt, context, KV cache, sampling)
   // The request leaves the engine, freeing its blocks, however generate returns.
   struct AbortOnExit {

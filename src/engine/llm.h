@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_config.h"
 #include "engine/model_runner.h"
 #include "format/gguf.h"
 #include "kv/kv_cache.h"
@@ -21,16 +22,6 @@
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm {
-
-struct EngineConfig {
-  std::string model_path;
-  int num_threads = 0;                   // 0: ThreadPool::default_num_threads()
-  int32_t block_size = 16;               // tokens per KV block
-  GgmlType kv_dtype = GgmlType::F32;     // F32 or F16
-  int64_t kv_cache_bytes = 0;            // 0: room for one full context (context_length tokens)
-  int64_t max_num_batched_tokens = 512;  // prefill chunk size, tokens
-  bool enable_prefix_caching = true;     // automatic prefix caching (kv/kv_cache_manager.h)
-};
 
 struct GenerateOptions {
   int32_t max_tokens = 128;  // new tokens; clamped to the context length
@@ -57,7 +48,8 @@ struct GenerateResult {
 
 class LLM {
  public:
-  // Loads the model. Throws pagellm::Error for a bad file or configuration.
+  // Validates `config`, loads the model and sizes the KV pool (plan_kv_cache). Throws
+  // pagellm::Error for a bad file or configuration.
   explicit LLM(const EngineConfig& config);
 
   const EngineConfig& config() const { return config_; }

@@ -30,9 +30,11 @@
 
 namespace pagellm {
 
+// A view of EngineConfig (engine/engine_config.h: scheduler_limits()), where the defaults and
+// checks live; no defaults here.
 struct SchedulerLimits {
-  int32_t max_num_seqs = 64;             // requests running at once
-  int64_t max_num_batched_tokens = 512;  // tokens per step
+  int32_t max_num_seqs = 0;            // requests running at once
+  int64_t max_num_batched_tokens = 0;  // tokens per step
 };
 
 struct ScheduledRequest {

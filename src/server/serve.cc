@@ -18,9 +18,7 @@
 
 #include "core/error.h"
 #include "engine/async_engine.h"
-#include "format/gguf.h"
 #include "kv/kv_cache.h"
-#include "model/llama_config.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/routes.h"
@@ -104,47 +102,18 @@ void raise_fd_limit() {
   }
 }
 
-// Default KV pool when --kv-cache-memory is not given: 16 full contexts, capped at 1 GiB.
-constexpr int64_t kDefaultContexts = 16;
-constexpr int64_t kDefaultKvBytes = int64_t{1} << 30;
-
-// Bytes for `blocks` KV blocks of the model at `path`.
-int64_t bytes_for_blocks(const std::string& path, int64_t blocks, int32_t block_size, GgmlType dtype) {
-  const std::unique_ptr<GgufFile> f = GgufFile::open(path);
-  const LlamaConfig c = LlamaConfig::from_gguf(*f);
-  const KvCacheShape shape{static_cast<int32_t>(c.num_hidden_layers), static_cast<int32_t>(c.num_key_value_heads),
-                           static_cast<int32_t>(c.head_dim), dtype};
-  return blocks * block_size * shape.bytes_per_token();
-}
-
 std::unique_ptr<LLM> load_model(const ServeOptions& o) {
-  log("loading model '" + o.model_path + "'");
-  EngineConfig cfg;
-  cfg.model_path = o.model_path;
-  cfg.num_threads = o.threads;
-  cfg.kv_dtype = o.kv_dtype;
-  cfg.max_num_batched_tokens = o.max_num_batched_tokens;
-  cfg.enable_prefix_caching = o.enable_prefix_caching;
-  if (!o.kv_cache_memory.empty()) {
-    const KvCacheMemory m = parse_kv_cache_memory(o.kv_cache_memory);
-    cfg.kv_cache_bytes = m.bytes > 0 ? m.bytes : bytes_for_blocks(o.model_path, m.blocks, cfg.block_size, cfg.kv_dtype);
-  } else {
-    // Default pool: room for kDefaultContexts full contexts, at most kDefaultKvBytes.
-    const std::unique_ptr<GgufFile> f = GgufFile::open(o.model_path);
-    const int64_t ctx = LlamaConfig::from_gguf(*f).max_position_embeddings;
-    const int64_t blocks = kDefaultContexts * ((ctx + cfg.block_size - 1) / cfg.block_size);
-    cfg.kv_cache_bytes = std::min(kDefaultKvBytes, bytes_for_blocks(o.model_path, blocks, cfg.block_size, cfg.kv_dtype));
-  }
-  auto llm = std::make_unique<LLM>(cfg);
+  log("loading model '" + o.engine.model_path + "'");
+  auto llm = std::make_unique<LLM>(o.engine);  // opens the file once; plan_kv_cache sizes the pool
   const KvCache& kv = llm->kv_cache();
   const int64_t tokens = int64_t{kv.num_blocks()} * kv.block_size();
   char line[256];
   std::snprintf(line, sizeof line, "KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB (%s); context %lld tokens",
                 kv.num_blocks(), kv.block_size(), static_cast<long long>(tokens), kv.bytes() / 1048576.0,
-                o.kv_dtype == GgmlType::F16 ? "f16" : "f32",
+                o.engine.kv_dtype == GgmlType::F16 ? "f16" : "f32",
                 static_cast<long long>(llm->model().config().max_position_embeddings));
   log(line);
-  log(o.enable_prefix_caching ? "prefix caching: on" : "prefix caching: off");
+  log(o.engine.enable_prefix_caching ? "prefix caching: on" : "prefix caching: off");
   if (tokens < llm->model().config().max_position_embeddings) {
     std::snprintf(line, sizeof line,
                   "warning: the KV cache holds %lld tokens, less than the model's context of %lld: "
@@ -207,12 +176,10 @@ std::string default_served_model_name(const std::string& model_path) {
 int run_serve(const ServeOptions& o) {
   ShutdownSignals signals;
   raise_fd_limit();
-  const std::string name = o.served_model_name.empty() ? default_served_model_name(o.model_path) : o.served_model_name;
-  SchedulerConfig sched;
-  sched.max_num_seqs = o.max_num_seqs;
-  sched.max_num_batched_tokens = o.max_num_batched_tokens;
-  sched.max_waiting = o.max_waiting;
-  AsyncEngine engine(load_model(o), sched);
+  const std::string name =
+      o.served_model_name.empty() ? default_served_model_name(o.engine.model_path) : o.served_model_name;
+  const EngineConfig& ec = o.engine;
+  AsyncEngine engine(load_model(o), SchedulerConfig{ec.max_num_seqs, ec.max_num_batched_tokens, ec.max_waiting});
   signals.loaded();
   ServerMetrics metrics(name);
   HttpServer::Options http;
@@ -221,14 +188,14 @@ int run_serve(const ServeOptions& o) {
   http.max_body_bytes = o.max_body_bytes > 0 ? o.max_body_bytes : default_max_body_bytes(engine.max_model_len());
   // Bodies waiting to be parsed: as many as may wait in the engine, holding at most 16 full-size
   // bodies (a burst of small requests is admitted; a pile of big ones gets 429).
-  WorkQueue work(o.api_threads, static_cast<size_t>(o.api_queue > 0 ? o.api_queue : o.max_waiting),
+  WorkQueue work(o.api_threads, static_cast<size_t>(o.api_queue > 0 ? o.api_queue : ec.max_waiting),
                  16 * http.max_body_bytes);
   RoutesOptions ro;
   ro.served_model_name = name;
   ro.api_key = o.api_key;
   ro.listen_host = o.host;
   ro.allowed_origins = o.allowed_origins;
-  ro.max_sequences_per_request = std::min(o.max_n, o.max_waiting);
+  ro.max_sequences_per_request = std::min(o.max_n, ec.max_waiting);
   Routes routes(engine, metrics, work, ro);
   http.io_threads = o.io_threads;
   http.idle_timeout_seconds = o.timeout_seconds;

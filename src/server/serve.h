@@ -8,24 +8,27 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
+#include "engine/engine_config.h"
 
 namespace pagellm::server {
 
+// serve's engine defaults: EngineConfig's, with a KV pool of 16 full contexts (at most 1 GiB).
+inline EngineConfig serve_engine_defaults() {
+  EngineConfig c;
+  c.kv_cache_default_contexts = 16;
+  return c;
+}
+
 struct ServeOptions {
-  std::string model_path;
+  // Model, threads, block size, KV pool, batch limits, waiting-queue bound, prefix caching: built
+  // once from the command line, validated by LLM's constructor.
+  EngineConfig engine = serve_engine_defaults();
   std::string host = "127.0.0.1";
   uint16_t port = 8000;                  // 0: ephemeral (the log line names it)
-  int threads = 0;                       // model worker threads; 0: physical cores
   int io_threads = 2;                    // HTTP I/O threads
   int api_threads = 2;                   // threads that parse bodies and tokenise (WorkQueue)
   int32_t api_queue = 0;                 // bodies waiting for those threads (0: max_waiting);
                                          // they may hold 16 x max_body_bytes; beyond: 429
-  int32_t max_num_seqs = 64;
-  int64_t max_num_batched_tokens = 512;
-  std::string kv_cache_memory;           // "" (16 full contexts, at most 1 GiB) or parse_kv_cache_memory's forms
-  GgmlType kv_dtype = GgmlType::F32;
-  int32_t max_waiting = 1024;
   // --max-n: the most sequences (prompts x best_of, i.e. x n) one HTTP request may start; more is
   // a 400. Default 64, the default --max-num-seqs: one request's sequences then fit one step's
   // batch, so its n children run side by side as in vLLM, and one request can take at most 1/16 of
@@ -39,7 +42,6 @@ struct ServeOptions {
   std::vector<std::string> allowed_origins;  // CORS: origins whose pages may call the API ("*": any)
   double drain_timeout_seconds = 30;
   double timeout_seconds = 60;           // --timeout: HttpServer::Options::idle_timeout_seconds
-  bool enable_prefix_caching = true;     // --no-prefix-caching turns it off
 };
 
 // A --kv-cache-memory value: exactly one of the two is > 0.

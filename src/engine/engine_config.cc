@@ -1,0 +1,76 @@
+#include "engine/engine_config.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "kv/kv_cache.h"
+
+namespace pagellm {
+namespace {
+
+[[noreturn]] void bad(const std::string& flag, const std::string& want, int64_t got) {
+  throw Error(flag + " must be " + want + ", got " + std::to_string(got));
+}
+
+KvCacheShape kv_shape(const LlamaConfig& m, GgmlType dtype) {
+  return KvCacheShape{static_cast<int32_t>(m.num_hidden_layers), static_cast<int32_t>(m.num_key_value_heads),
+                      static_cast<int32_t>(m.head_dim), dtype};
+}
+
+}  // namespace
+
+void EngineConfig::validate() const {
+  if (num_threads < 0 || num_threads > 4096) bad("--threads", "in [0, 4096]", num_threads);
+  // A power of two keeps p / block_size and p % block_size shifts and masks; 256 tokens is the
+  // largest block vLLM offers and wastes at most 255 slots per request.
+  if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
+    bad("--block-size", "a power of two in [1, 256]", block_size);
+  }
+  if (kv_dtype != GgmlType::F32 && kv_dtype != GgmlType::F16) {
+    throw Error("--kv-dtype must be f32 or f16, got " + type_name(kv_dtype));
+  }
+  if (kv_cache_bytes < 0) bad("--kv-cache-memory", ">= 1 byte", kv_cache_bytes);
+  if (kv_cache_blocks < 0) bad("--kv-cache-memory", ">= 1 block", kv_cache_blocks);
+  if (kv_cache_bytes > 0 && kv_cache_blocks > 0) throw Error("--kv-cache-memory: give bytes or blocks, not both");
+  if (kv_cache_default_contexts < 1) bad("kv_cache_default_contexts", ">= 1", kv_cache_default_contexts);
+  if (max_num_batched_tokens < 1) bad("--max-num-batched-tokens", ">= 1", max_num_batched_tokens);
+  if (max_num_seqs < 1) bad("--max-num-seqs", ">= 1", max_num_seqs);
+  if (max_waiting < 1) bad("--max-waiting", ">= 1", max_waiting);
+}
+
+GgmlType parse_kv_dtype(const std::string& text) {
+  if (text == "f32") return GgmlType::F32;
+  if (text == "f16") return GgmlType::F16;
+  throw Error("--kv-dtype must be f32 or f16, got '" + text + "'");
+}
+
+int64_t kv_bytes_per_token(const LlamaConfig& model, GgmlType dtype) {
+  return kv_shape(model, dtype).bytes_per_token();
+}
+
+int32_t plan_kv_cache(const EngineConfig& c, const LlamaConfig& model) {
+  c.validate();
+  const int64_t block_bytes = kv_bytes_per_token(model, c.kv_dtype) * c.block_size;
+  const int64_t context_blocks = (model.max_position_embeddings + c.block_size - 1) / c.block_size;
+  int64_t blocks;
+  if (c.kv_cache_blocks > 0) {
+    blocks = c.kv_cache_blocks;
+  } else if (c.kv_cache_bytes > 0) {
+    blocks = KvCache::blocks_for_bytes(kv_shape(model, c.kv_dtype), c.block_size, c.kv_cache_bytes);
+    if (blocks == 0) {
+      throw Error("--kv-cache-memory " + std::to_string(c.kv_cache_bytes) + " bytes holds no block of " +
+                  std::to_string(block_bytes) + " bytes");
+    }
+  } else {
+    blocks = c.kv_cache_default_contexts * context_blocks;
+    if (c.kv_cache_default_contexts > 1) blocks = std::min(blocks, kMaxDefaultKvCacheBytes / block_bytes);
+  }
+  if (blocks > std::numeric_limits<int32_t>::max()) {
+    throw Error("--kv-cache-memory: " + std::to_string(blocks) + " blocks is more than the " +
+                std::to_string(std::numeric_limits<int32_t>::max()) + " a KV cache can index");
+  }
+  return static_cast<int32_t>(blocks);
+}
+
+}  // namespace pagellm

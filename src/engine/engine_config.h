@@ -1,0 +1,52 @@
+// The one configuration of an engine: every setting that the CLI commands (serve, generate, bench)
+// take from the command line, with its default and its check in this one place. Built once per
+// command and passed down; SchedulerLimits and the KV cache's geometry are views derived from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "model/llama_config.h"
+#include "sched/scheduler.h"
+
+namespace pagellm {
+
+struct EngineConfig {
+  std::string model_path;
+  int num_threads = 0;                   // --threads; 0: ThreadPool::default_num_threads()
+  int32_t block_size = 16;               // --block-size: tokens per KV block, a power of two in [1, 256]
+  GgmlType kv_dtype = GgmlType::F32;     // --kv-dtype: F32 or F16
+  // KV pool size (--kv-cache-memory): at most one of the two is > 0; both 0: the default of
+  // plan_kv_cache (kv_cache_default_contexts full contexts).
+  int64_t kv_cache_bytes = 0;
+  int64_t kv_cache_blocks = 0;
+  int32_t kv_cache_default_contexts = 1;  // serve: 16 (capped at kMaxDefaultKvCacheBytes); else 1
+  int64_t max_num_batched_tokens = 512;  // --max-num-batched-tokens: tokens per step (prefill chunk)
+  int32_t max_num_seqs = 64;             // --max-num-seqs: requests running at once
+  int32_t max_waiting = 1024;            // --max-waiting: waiting-queue bound (serve: 429 beyond)
+  bool enable_prefix_caching = true;     // --no-prefix-caching turns it off (kv/kv_cache_manager.h)
+
+  // Throws pagellm::Error naming the flag and the value of the first setting out of range.
+  void validate() const;
+  // The scheduler's view of this configuration.
+  SchedulerLimits scheduler_limits() const { return SchedulerLimits{max_num_seqs, max_num_batched_tokens}; }
+};
+
+// "f32" -> F32, "f16" -> F16; throws pagellm::Error naming --kv-dtype for anything else.
+GgmlType parse_kv_dtype(const std::string& text);
+
+// A default KV pool of more than one context stops growing at 1 GiB (serve's default).
+constexpr int64_t kMaxDefaultKvCacheBytes = int64_t{1} << 30;
+
+// The KV blocks of `model` with `config`'s settings (config validated first):
+//   kv_cache_blocks > 0: that many;  kv_cache_bytes > 0: as many whole blocks as fit;
+//   else: kv_cache_default_contexts full contexts (ceil(context / block_size) blocks each), and
+//   when that is more than one context, at most kMaxDefaultKvCacheBytes of blocks.
+// Throws pagellm::Error when the budget holds no block or more than INT32_MAX blocks.
+int32_t plan_kv_cache(const EngineConfig& config, const LlamaConfig& model);
+
+// Bytes of one token's K and V over all layers, with `dtype` elements.
+int64_t kv_bytes_per_token(const LlamaConfig& model, GgmlType dtype);
+
+}  // namespace pagellm

@@ -1,0 +1,160 @@
+// EngineConfig: one default and one check per setting; plan_kv_cache sizes the pool from the
+// model's hyper-parameters; a non-default --block-size changes where K/V live, not the tokens.
+#include "engine/engine_config.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "engine/engine_core.h"
+#include "engine/llm.h"
+#include "format/gguf.h"
+#include "test_util.h"
+
+namespace pagellm {
+namespace {
+
+const std::string kModel = test::source_dir() + "/models/stories260K-f32.gguf";
+
+// The message of the Error that validate() throws for `c` ("" if none).
+std::string validate_error(const EngineConfig& c) {
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(EngineConfig, DefaultsAreValid) { EXPECT_EQ(validate_error(EngineConfig{}), ""); }
+
+TEST(EngineConfig, BlockSizeIsAPowerOfTwoUpTo256) {
+  for (int32_t ok : {1, 2, 16, 128, 256}) {
+    EngineConfig c;
+    c.block_size = ok;
+    EXPECT_EQ(validate_error(c), "") << ok;
+  }
+  for (int32_t bad : {0, -16, 3, 24, 512}) {
+    EngineConfig c;
+    c.block_size = bad;
+    EXPECT_EQ(validate_error(c), "--block-size must be a power of two in [1, 256], got " + std::to_string(bad));
+  }
+}
+
+TEST(EngineConfig, EachCheckNamesItsFlagAndValue) {
+  EngineConfig c;
+  c.max_num_batched_tokens = 0;
+  EXPECT_EQ(validate_error(c), "--max-num-batched-tokens must be >= 1, got 0");
+  c = EngineConfig{};
+  c.max_num_seqs = -2;
+  EXPECT_EQ(validate_error(c), "--max-num-seqs must be >= 1, got -2");
+  c = EngineConfig{};
+  c.max_waiting = 0;
+  EXPECT_EQ(validate_error(c), "--max-waiting must be >= 1, got 0");
+  c = EngineConfig{};
+  c.num_threads = -1;
+  EXPECT_EQ(validate_error(c), "--threads must be in [0, 4096], got -1");
+  c = EngineConfig{};
+  c.kv_dtype = GgmlType::Q8_0;
+  EXPECT_NE(validate_error(c).find("--kv-dtype must be f32 or f16"), std::string::npos);
+  c = EngineConfig{};
+  c.kv_cache_bytes = 1 << 20;
+  c.kv_cache_blocks = 10;
+  EXPECT_EQ(validate_error(c), "--kv-cache-memory: give bytes or blocks, not both");
+  EXPECT_EQ(parse_kv_dtype("f16"), GgmlType::F16);
+  EXPECT_THROW(parse_kv_dtype("bf16"), Error);
+}
+
+TEST(EngineConfig, SchedulerLimitsAreAView) {
+  EngineConfig c;
+  c.max_num_seqs = 3;
+  c.max_num_batched_tokens = 77;
+  const SchedulerLimits l = c.scheduler_limits();
+  EXPECT_EQ(l.max_num_seqs, 3);
+  EXPECT_EQ(l.max_num_batched_tokens, 77);
+}
+
+// stories260K: 5 layers, 4 KV heads of 8 dims, context 512: 2 x 5 x 4 x 8 x 4 = 1280 bytes per
+// token in f32, 20480 per 16-token block.
+TEST(PlanKvCache, SizesFromTheModel) {
+  auto file = GgufFile::open(kModel);
+  const LlamaConfig m = LlamaConfig::from_gguf(*file);
+  ASSERT_EQ(kv_bytes_per_token(m, GgmlType::F32), 1280);
+  ASSERT_EQ(kv_bytes_per_token(m, GgmlType::F16), 640);
+  EngineConfig c;
+  EXPECT_EQ(plan_kv_cache(c, m), 32);  // one context: 512 / 16
+  c.block_size = 256;
+  EXPECT_EQ(plan_kv_cache(c, m), 2);
+  c.block_size = 16;
+  c.kv_cache_default_contexts = 16;
+  EXPECT_EQ(plan_kv_cache(c, m), 512);  // 10 MiB, under the 1 GiB cap
+  c.kv_cache_blocks = 200;
+  EXPECT_EQ(plan_kv_cache(c, m), 200);
+  c.kv_cache_blocks = 0;
+  c.kv_cache_bytes = 20480 * 7 + 20479;
+  EXPECT_EQ(plan_kv_cache(c, m), 7);  // whole blocks only
+  c.kv_dtype = GgmlType::F16;
+  EXPECT_EQ(plan_kv_cache(c, m), 15);
+  c.kv_cache_bytes = 100;
+  EXPECT_THROW(plan_kv_cache(c, m), Error);
+  c.kv_cache_bytes = 0;
+  c.block_size = 5;
+  EXPECT_THROW(plan_kv_cache(c, m), Error);  // validated first
+}
+
+TEST(PlanKvCache, LlmUsesThePlan) {
+  EngineConfig c;
+  c.model_path = kModel;
+  c.num_threads = 2;
+  c.block_size = 8;
+  c.kv_cache_blocks = 50;
+  LLM llm(c);
+  EXPECT_EQ(llm.kv_cache().num_blocks(), 50);
+  EXPECT_EQ(llm.kv_cache().block_size(), 8);
+  EXPECT_EQ(llm.kv_manager().block_size(), 8);
+  c.block_size = 12;
+  EXPECT_THROW(LLM{c}, Error);
+}
+
+// Greedy tokens of a few requests run together, with the given block size (several prompts, one
+// longer than a 16-token block, chunked prefill of 7 tokens so chunks straddle blocks).
+std::vector<std::vector<int32_t>> greedy_tokens(int32_t block_size) {
+  EngineConfig c;
+  c.model_path = kModel;
+  c.num_threads = 2;
+  c.block_size = block_size;
+  c.max_num_batched_tokens = 7;
+  c.kv_cache_default_contexts = 4;
+  LLM llm(c);
+  EngineCore core(llm);
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 403, 407, 1520, 1339},
+      {1, 9038, 2501, 263, 931, 29892, 727, 471, 263, 2217, 7826, 4257, 365, 2354, 29889, 2296, 5360, 29879},
+      {1, 32, 77}};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest r;
+    r.request_id = std::to_string(i);
+    r.prompt_token_ids = prompts[i];
+    for (int32_t& t : r.prompt_token_ids) t %= static_cast<int32_t>(llm.model().config().vocab_size);
+    r.sampling.temperature = 0;
+    r.max_tokens = 40;
+    r.ignore_eos = true;
+    core.add_request(r);
+  }
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  while (core.has_work()) {
+    for (const RequestOutput& o : core.step()) {
+      auto& v = out[std::stoul(o.request_id)];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+  }
+  return out;
+}
+
+TEST(BlockSize, GreedyTokensDoNotDependOnIt) {
+  const auto want = greedy_tokens(16);
+  for (const auto& t : want) ASSERT_EQ(t.size(), 40u);
+  for (int32_t bs : {1, 4, 32, 256}) EXPECT_EQ(greedy_tokens(bs), want) << "block_size " << bs;
+}
+
+}  // namespace
+}  // namespace pagellm
