@@ -5,12 +5,13 @@
 
 #include "core/error.h"
 #include "engine/engine_core.h"
+#include "engine/output_processor.h"
 
 namespace pagellm {
 
 struct AsyncEngine::Impl {
   explicit Impl(LLM& llm, const SchedulerConfig& c)
-      : config(c), core(llm, SchedulerLimits{c.max_num_seqs, c.max_num_batched_tokens}) {}
+      : config(c), core(llm, SchedulerLimits{c.max_num_seqs, c.max_num_batched_tokens}), processor(llm.tokenizer()) {}
 
   struct Command {
     enum class Kind { kAdd, kAbort } kind = Kind::kAdd;
@@ -21,6 +22,9 @@ struct AsyncEngine::Impl {
 
   SchedulerConfig config;
   EngineCore core;                                   // engine thread only
+  // Runs between steps on the engine thread, so that a stop string ends its request before the
+  // next step computes it (a remote client would run it on its side, one round trip later).
+  OutputProcessor processor;                         // engine thread only
   std::unordered_map<std::string, Sink> sinks;       // engine thread only
   mutable std::mutex mu;                             // guards everything below
   std::condition_variable cv;
@@ -32,9 +36,11 @@ struct AsyncEngine::Impl {
   EngineStats stats;
   std::thread thread;
 
-  void deliver(const RequestOutput& out) {
-    auto it = sinks.find(out.request_id);
+  void deliver(EngineCoreOutput core_out) {
+    auto it = sinks.find(core_out.request_id);
     if (it == sinks.end()) return;
+    const RequestOutput out = processor.process(
+        std::move(core_out), [this](const std::string& id, const std::string& stop) { return core.stop_request(id, stop); });
     if (!out.finished) {
       it->second(out);
       return;
@@ -58,6 +64,7 @@ struct AsyncEngine::Impl {
       const std::string id = c.request.request_id;
       try {
         core.add_request(c.request);
+        processor.add_request(id, c.request.stop);
         sinks[id] = std::move(c.sink);
       } catch (const Error& e) {  // validated again by the core: report as an aborted request
         RequestOutput out;
@@ -70,7 +77,7 @@ struct AsyncEngine::Impl {
         finished_one();
       }
     } else if (auto out = core.abort_request(c.id)) {
-      deliver(*out);
+      deliver(std::move(*out));
     }
   }
 
@@ -105,7 +112,7 @@ struct AsyncEngine::Impl {
       }
       for (Command& c : cmds) apply(c);
       if (core.has_work()) {
-        for (const RequestOutput& out : core.step()) deliver(out);
+        for (EngineCoreOutput& out : core.step()) deliver(std::move(out));
       }
       publish_stats();
     }
@@ -113,7 +120,7 @@ struct AsyncEngine::Impl {
     std::vector<std::string> ids;
     for (const auto& [id, sink] : sinks) ids.push_back(id);
     for (const std::string& id : ids) {
-      if (auto out = core.abort_request(id)) deliver(*out);
+      if (auto out = core.abort_request(id)) deliver(std::move(*out));
     }
     publish_stats();
   }

@@ -42,7 +42,7 @@ void EngineCore::add_request(const EngineRequest& req) {
   r->prompt_token_ids = req.prompt_token_ids;
   r->prefix_root_hash = KvCacheManager::root_hash(req.cache_salt);
   r->max_tokens = static_cast<int32_t>(std::min<int64_t>(req.max_tokens, max_total_tokens_ - n_prompt));
-  State st{req, std::make_unique<Sampler>(req.sampling), IncrementalDetokenizer(req.stop), RequestTimes{}};
+  State st{req, std::make_unique<Sampler>(req.sampling), RequestTimes{}};
   st.times.arrival = r->arrival_time;
   states_.emplace(req.request_id, std::move(st));
   if (!req.parallel_group.empty() && req.parallel_group_size > 1) {
@@ -101,7 +101,7 @@ void EngineCore::promote_member(const std::string& group) {
   reserve_fork_seats(g);
 }
 
-void EngineCore::fork_group(Request& leader, const float* logits, double now, std::vector<RequestOutput>& outputs) {
+void EngineCore::fork_group(Request& leader, const float* logits, double now, std::vector<EngineCoreOutput>& outputs) {
   auto gi = group_of_.find(leader.request_id);
   if (gi == group_of_.end()) return;
   const std::string group = gi->second;
@@ -127,7 +127,7 @@ void EngineCore::fork_group(Request& leader, const float* logits, double now, st
     kv_manager_.fork(leader.request_id, r.request_id);
     states_.at(r.request_id).times.first_scheduled = states_.at(leader.request_id).times.first_scheduled;
     scheduler_.add_running(std::move(m));
-    RequestOutput out;
+    EngineCoreOutput out;
     out.request_id = r.request_id;
     out.num_prompt_tokens = static_cast<int32_t>(r.num_prompt_tokens());
     out.num_cached_tokens = static_cast<int32_t>(r.num_cached_tokens);
@@ -142,7 +142,7 @@ void EngineCore::fork_group(Request& leader, const float* logits, double now, st
   }
 }
 
-RequestOutput EngineCore::finish(const std::string& id, RequestStatus status, RequestOutput out, double now) {
+EngineCoreOutput EngineCore::finish(const std::string& id, RequestStatus status, EngineCoreOutput out, double now) {
   std::unique_ptr<Request> r = scheduler_.finish_request(id, status);
   if (!r) r = take_pending(id);
   PAGELLM_CHECK(r != nullptr, "finishing unknown request " + id);
@@ -159,7 +159,6 @@ RequestOutput EngineCore::finish(const std::string& id, RequestStatus status, Re
     }
   }
   State& st = states_.at(id);
-  out.delta_text += st.detok.flush();  // text held back for a stop string that never completed
   st.times.finished = now;
   out.finished = true;
   out.finish_reason = finish_reason(status);
@@ -172,14 +171,22 @@ RequestOutput EngineCore::finish(const std::string& id, RequestStatus status, Re
   return out;
 }
 
-std::optional<RequestOutput> EngineCore::abort_request(const std::string& id) {
+std::optional<EngineCoreOutput> EngineCore::abort_request(const std::string& id) {
   if (states_.count(id) == 0) return std::nullopt;
-  RequestOutput out;
+  EngineCoreOutput out;
   out.request_id = id;
   return finish(id, RequestStatus::kFinishedAborted, std::move(out), engine_now());
 }
 
-void EngineCore::postprocess(Request& r, const float* logits, double now, RequestOutput& out) {
+std::optional<EngineCoreOutput> EngineCore::stop_request(const std::string& id, const std::string& stop_reason) {
+  if (states_.count(id) == 0) return std::nullopt;
+  EngineCoreOutput out;
+  out.request_id = id;
+  out.stop_reason = stop_reason;
+  return finish(id, RequestStatus::kFinishedStopped, std::move(out), engine_now());
+}
+
+void EngineCore::postprocess(Request& r, const float* logits, double now, EngineCoreOutput& out) {
   State& st = states_.at(r.request_id);
   const int64_t vocab = llm_.model().config().vocab_size;
   const std::span<const float> row(logits, static_cast<size_t>(vocab));
@@ -209,8 +216,7 @@ void EngineCore::postprocess(Request& r, const float* logits, double now, Reques
   }
   st.times.last_token = now;
 
-  const Tokenizer& tk = llm_.tokenizer();
-  const bool eos = !st.params.ignore_eos && tk.is_eog(tok);
+  const bool eos = !st.params.ignore_eos && llm_.tokenizer().is_eog(tok);
   const bool stop_id = std::find(st.params.stop_token_ids.begin(), st.params.stop_token_ids.end(), tok) !=
                        st.params.stop_token_ids.end();
   if (eos || stop_id) {
@@ -218,18 +224,13 @@ void EngineCore::postprocess(Request& r, const float* logits, double now, Reques
     out = finish(r.request_id, RequestStatus::kFinishedStopped, std::move(out), now);
     return;
   }
-  IncrementalDetokenizer::Delta d = st.detok.push(tk.token_to_piece(tok));
-  out.delta_text += d.text;
-  if (d.stop_hit) {
-    out.stop_reason = d.stop_hit;
-    out = finish(r.request_id, RequestStatus::kFinishedStopped, std::move(out), now);
-  } else if (static_cast<int64_t>(r.output_token_ids.size()) >= r.max_tokens) {
+  if (static_cast<int64_t>(r.output_token_ids.size()) >= r.max_tokens) {
     out = finish(r.request_id, RequestStatus::kFinishedLength, std::move(out), now);
   }
 }
 
-std::vector<RequestOutput> EngineCore::step() {
-  std::vector<RequestOutput> outputs;
+std::vector<EngineCoreOutput> EngineCore::step() {
+  std::vector<EngineCoreOutput> outputs;
   const SchedulerOutput so = scheduler_.schedule();
   if (so.scheduled.empty()) return outputs;
   const double t_sched = engine_now();
@@ -249,7 +250,7 @@ std::vector<RequestOutput> EngineCore::step() {
     const ScheduledRequest& s = so.scheduled[i];
     counters_.prompt_tokens += s.num_scheduled_tokens - (s.num_logits_rows > 0 ? 1 : 0);
     if (s.num_logits_rows == 0) continue;
-    RequestOutput out;
+    EngineCoreOutput out;
     out.request_id = s.request->request_id;
     out.num_prompt_tokens = static_cast<int32_t>(s.request->num_prompt_tokens());
     out.num_cached_tokens = static_cast<int32_t>(s.request->num_cached_tokens);

@@ -1,6 +1,8 @@
 // The synchronous engine, the only loop that drives the model: one step = schedule ->
 // ModelRunner::copy_blocks + execute (flat batch, forward, logits rows) -> sample -> update
-// (append tokens, detokenize, stop checks, free finished requests' blocks in the same step).
+// (append tokens, token-level stop checks: EOS, stop_token_ids, max_tokens; free finished
+// requests' blocks in the same step). It speaks tokens only: text and stop strings are the
+// output processor's (engine/output_processor.h), which ends a request through stop_request().
 // Single-threaded; AsyncEngine runs it on the engine thread, LLM::generate and `bench latency`
 // drive it directly.
 #pragma once
@@ -10,7 +12,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/detokenizer.h"
 #include "engine/engine_types.h"
 #include "engine/llm.h"
 #include "engine/model_runner.h"
@@ -37,9 +38,14 @@ class EngineCore {
   void add_request(const EngineRequest& request);
   // Finishes a live request with "abort" and frees its blocks now; returns its final output
   // (nullopt for an unknown id).
-  std::optional<RequestOutput> abort_request(const std::string& request_id);
+  std::optional<EngineCoreOutput> abort_request(const std::string& request_id);
+  // Finishes a live request with "stop" and stop_reason = `stop_reason` (a stop string the output
+  // processor found in its text) and frees its blocks now, so no further step computes it; returns
+  // its final output (no new tokens; counts include every token sampled so far), nullopt for an
+  // unknown id.
+  std::optional<EngineCoreOutput> stop_request(const std::string& request_id, const std::string& stop_reason);
   // One step. Returns an output for every request that got a token or finished.
-  std::vector<RequestOutput> step();
+  std::vector<EngineCoreOutput> step();
 
   bool has_work() const { return scheduler_.has_work(); }
   // Requests not yet running: the scheduler's waiting queue plus the n > 1 members waiting to
@@ -53,7 +59,6 @@ class EngineCore {
   struct State {  // per live request, beside the scheduler's Request
     EngineRequest params;
     std::unique_ptr<Sampler> sampler;
-    IncrementalDetokenizer detok;
     RequestTimes times;
     double cumulative_logprob = 0;
   };
@@ -61,19 +66,19 @@ class EngineCore {
     std::string leader;
     std::vector<std::unique_ptr<Request>> pending;
   };
-  void postprocess(Request& r, const float* logits, double now, RequestOutput& out);
+  void postprocess(Request& r, const float* logits, double now, EngineCoreOutput& out);
   // Forks the pending members of r's group from r (whose prompt was just computed) and samples
   // their first tokens from the same logits row.
-  void fork_group(Request& leader, const float* logits, double now, std::vector<RequestOutput>& outputs);
+  void fork_group(Request& leader, const float* logits, double now, std::vector<EngineCoreOutput>& outputs);
   std::unique_ptr<Request> take_pending(const std::string& id);
   // Sets the group leader's num_fork_seats to min(pending, max_num_seqs - 1) while it waits; once
   // it runs, only lowers it (its seats were taken at admission).
   void reserve_fork_seats(Group& g);
   // The first pending member of `group` becomes its leader and joins the waiting queue.
   void promote_member(const std::string& group);
-  RequestOutput finish(const std::string& id, RequestStatus status, RequestOutput out, double now);
+  EngineCoreOutput finish(const std::string& id, RequestStatus status, EngineCoreOutput out, double now);
 
-  LLM& llm_;                    // the tokenizer (postprocess)
+  LLM& llm_;                    // the tokenizer (EOS ids, postprocess)
   ModelRunner& runner_;         // the only way to the model and the KV storage
   KvCacheManager& kv_manager_;  // block tables; the scheduler allocates, forks use it
   Scheduler scheduler_;

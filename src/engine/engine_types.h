@@ -1,5 +1,7 @@
-// Requests into the engine and outputs out of it. The HTTP server and the CLI speak to the engine
-// only through these types and AsyncEngine (engine/async_engine.h).
+// Requests into the engine and outputs out of it. The engine core speaks tokens (EngineCoreOutput);
+// the output processor (engine/output_processor.h) turns them into text (RequestOutput). The HTTP
+// server and the CLI speak to the engine only through these types and EngineClient
+// (engine/engine_client.h).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,8 @@ struct EngineRequest {
   std::vector<int32_t> prompt_token_ids;  // non-empty, ids < vocab_size
   SamplingParams sampling;                // validated by the caller (SamplingParams::validate)
   int32_t max_tokens = 16;                // new tokens, >= 1; also capped by the context length
-  std::vector<std::string> stop;          // stop strings: never returned in text
+  std::vector<std::string> stop;          // stop strings: never returned in text (applied by the
+                                          // output processor; the core ignores them)
   std::vector<int32_t> stop_token_ids;    // finish with "stop" when sampled (token not in text)
   bool ignore_eos = false;
   int32_t priority = 0;                   // lower value runs first; ties FCFS (vLLM convention)
@@ -43,14 +46,16 @@ struct RequestTimes {
   double prefill_seconds = 0;   // first_scheduled -> first token
 };
 
-// A delta for one request: what is new since the previous output of that request.
-struct RequestOutput {
+// What the engine core emits for one request: what is new since its previous output, in tokens.
+// Token-level stops (EOS, stop_token_ids, max_tokens) are decided here; stop strings are not.
+struct EngineCoreOutput {
   std::string request_id;
-  std::vector<int32_t> new_token_ids;          // sampled this step (may be > delta_text)
+  std::vector<int32_t> new_token_ids;          // sampled this step
   std::vector<SampleResult> new_logprobs;      // one per new token when sampling.logprobs >= 0
-  std::string delta_text;                      // complete UTF-8, stop strings withheld/removed
   bool finished = false;
-  std::string finish_reason;                   // "stop" | "length" | "abort" | "error" when finished
+  std::string finish_reason;                   // "stop" | "length" | "abort" | "error" when finished;
+                                               // a core "stop" with new tokens: the last one is EOS
+                                               // or a stop token id (never text)
   std::string error;                           // finish_reason "error": what failed
   std::optional<std::string> stop_reason;      // the stop string or token id text that matched
   int32_t num_prompt_tokens = 0;
@@ -58,6 +63,12 @@ struct RequestOutput {
   int32_t num_cached_tokens = 0;               // prompt tokens served from the prefix cache or a fork
   double cumulative_logprob = 0;               // sum of the sampled tokens' logprobs (raw logits)
   RequestTimes times;
+};
+
+// What a client receives: the core's output plus its text (OutputProcessor::process).
+struct RequestOutput : EngineCoreOutput {
+  std::string delta_text;                      // complete UTF-8, stop strings withheld/removed
+                                               // (new_token_ids may hold more than delta_text)
 };
 
 }  // namespace pagellm

@@ -1,6 +1,7 @@
 // EngineCore end to end on the bundled stories260K model: continuous batching with preemption
 // gives each request exactly what it gets alone; stop conditions; abort frees blocks at once.
 #include "engine/engine_core.h"
+#include "engine/text_engine.h"
 
 #include <gtest/gtest.h>
 
@@ -34,7 +35,7 @@ struct Result {
 };
 
 // Runs the engine until idle; collects outputs per request.
-std::map<std::string, Result> run_all(EngineCore& core) {
+std::map<std::string, Result> run_all(test::TextEngine& core) {
   std::map<std::string, Result> res;
   for (int guard = 0; core.has_work() && guard < 100000; ++guard) {
     for (const RequestOutput& o : core.step()) {
@@ -81,14 +82,14 @@ TEST(EngineCore, ContinuousBatchingWithPreemptionMatchesAlone) {
   std::map<std::string, Result> alone;
   {
     auto llm = load(0);
-    EngineCore core(*llm, {1, 512});
+    test::TextEngine core(*llm, {1, 512});
     for (const auto& r : reqs) {
       core.add_request(r);
       alone.merge(run_all(core));
     }
   }
   auto llm = load(12);
-  EngineCore core(*llm, {16, 64});
+  test::TextEngine core(*llm, {16, 64});
   for (const auto& r : reqs) core.add_request(r);
   const auto batched = run_all(core);
   EXPECT_GT(core.scheduler().num_preemptions(), 0) << "the pool was meant to force preemption";
@@ -110,7 +111,7 @@ TEST(EngineCore, GreedyMatchesLlmGenerate) {
   g.ignore_eos = true;
   g.sampling.temperature = 0;
   const GenerateResult want = llm->generate(prompt, g);
-  EngineCore core(*llm, {4, 7});  // chunks of 7 prompt tokens at most
+  test::TextEngine core(*llm, {4, 7});  // chunks of 7 prompt tokens at most
   core.add_request(greedy("x", prompt, 40));
   const auto got = run_all(core);
   EXPECT_EQ(got.at("x").ids, want.token_ids);
@@ -121,7 +122,7 @@ TEST(EngineCore, StopStringsAndStopTokens) {
   auto llm = load(0);
   const std::vector<int32_t> prompt = llm->tokenizer().encode("Once upon a time", true, false);
   // Greedy text: ", there was a little girl named Lily. She loved to play outside in the park. ..."
-  EngineCore core(*llm, {4, 512});
+  test::TextEngine core(*llm, {4, 512});
   EngineRequest a = greedy("a", prompt, 60);
   a.stop = {"Lily."};
   EngineRequest b = greedy("b", prompt, 60);
@@ -142,9 +143,39 @@ TEST(EngineCore, StopStringsAndStopTokens) {
   EXPECT_EQ(llm->kv_manager().pool().num_free_blocks(), llm->kv_cache().num_blocks());
 }
 
+// The output processor finds the stop string and ends the request in the core within the step
+// that sampled its last token: no further step computes it, its blocks are free at once, and its
+// counts are the tokens sampled up to that one.
+TEST(EngineCore, StopStringEndsTheRequestWithinTheStep) {
+  auto llm = load(0);
+  const std::vector<int32_t> prompt = llm->tokenizer().encode("Once upon a time", true, false);
+  test::TextEngine core(*llm, {4, 512});  // the whole prompt in the first step
+  EngineRequest a = greedy("a", prompt, 60);
+  a.stop = {"Lily."};
+  core.add_request(a);
+  std::vector<int32_t> ids;
+  std::optional<RequestOutput> last;
+  while (core.has_work() && !last) {
+    for (const RequestOutput& o : core.step()) {
+      ids.insert(ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) last = o;
+    }
+  }
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->finish_reason, "stop");
+  EXPECT_EQ(last->stop_reason, std::optional<std::string>("Lily."));
+  EXPECT_EQ(last->num_generated_tokens, static_cast<int32_t>(ids.size()));
+  EXPECT_LT(ids.size(), 60u);
+  EXPECT_EQ(core.counters().num_steps, static_cast<int64_t>(ids.size()));  // one token per step
+  EXPECT_FALSE(core.has_work());
+  EXPECT_EQ(core.scheduler().num_running(), 0);
+  EXPECT_EQ(llm->kv_manager().pool().num_free_blocks(), llm->kv_cache().num_blocks());
+  EXPECT_EQ(core.processor().num_requests(), 0u);
+}
+
 TEST(EngineCore, AbortFreesBlocksAtOnce) {
   auto llm = load(0);
-  EngineCore core(*llm, {4, 512});
+  test::TextEngine core(*llm, {4, 512});
   std::mt19937 rng(1);
   core.add_request(greedy("a", random_prompt(rng, 40), 100));
   core.add_request(greedy("b", random_prompt(rng, 20), 100));
@@ -170,7 +201,7 @@ TEST(EngineCore, NonFiniteLogitsFailTheRequestNotTheEngine) {
   c.model_path = test::write_nan_logits_model(::testing::TempDir() + "/nan_logits.gguf");
   c.num_threads = 2;
   LLM llm(c);
-  EngineCore core(llm, {4, 512});
+  test::TextEngine core(llm, {4, 512});
   std::mt19937 rng(3);
   EngineRequest g = greedy("greedy", random_prompt(rng, 30), 10);
   EngineRequest t = greedy("sampled", random_prompt(rng, 20), 10);
@@ -201,7 +232,7 @@ TEST(EngineCore, NonFiniteLogitsFailTheRequestNotTheEngine) {
 
 TEST(EngineCore, RejectsBadRequests) {
   auto llm = load(4);  // 64 tokens of KV
-  EngineCore core(*llm, {4, 512});
+  test::TextEngine core(*llm, {4, 512});
   EXPECT_THROW(core.add_request(greedy("e", {}, 5)), Error);
   EXPECT_THROW(core.add_request(greedy("v", {1, 600}, 5)), Error);
   EXPECT_THROW(core.add_request(greedy("long", std::vector<int32_t>(64, 5), 5)), Error);  // no room for 1 token
@@ -233,7 +264,7 @@ struct Finished {
   std::optional<std::string> stop_reason;
 };
 
-std::map<std::string, Finished> run_collect(EngineCore& core) {
+std::map<std::string, Finished> run_collect(test::TextEngine& core) {
   std::map<std::string, Finished> res;
   for (int guard = 0; core.has_work() && guard < 100000; ++guard) {
     for (const RequestOutput& o : core.step()) {
@@ -265,7 +296,7 @@ TEST(EngineCore, HeldBackTextIsReleasedWhenTheRequestEnds) {
   ASSERT_EQ(piece, " happy");
   const std::string stop = piece + " never";  // " happy" is a proper prefix of it
 
-  EngineCore core(*llm, {8, 512});
+  test::TextEngine core(*llm, {8, 512});
   // Stop-string prefix, then max_tokens.
   EngineRequest len = forced("stop-prefix/length", *word, *other, 1);
   len.stop = {stop};

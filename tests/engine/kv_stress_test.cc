@@ -82,7 +82,7 @@ TEST(KvStress, RandomAddStepAbortWithSharingAndPreemption) {
       core.abort_request(*it);
       live.erase(it);
     } else {
-      for (const RequestOutput& o : core.step()) {
+      for (const EngineCoreOutput& o : core.step()) {
         if (o.finished) live.erase(o.request_id);
       }
     }
@@ -91,7 +91,7 @@ TEST(KvStress, RandomAddStepAbortWithSharingAndPreemption) {
     preemptions_seen = static_cast<int>(core.scheduler().num_preemptions());
   }
   while (core.has_work()) {
-    for (const RequestOutput& o : core.step()) {
+    for (const EngineCoreOutput& o : core.step()) {
       if (o.finished) live.erase(o.request_id);
     }
     check_invariants(core, -1);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "engine/engine_core.h"
+#include "engine/text_engine.h"
 #include "test_util.h"
 
 namespace pagellm {
@@ -37,7 +38,7 @@ struct Out {
   int32_t cached = 0;
 };
 
-std::map<std::string, Out> run(EngineCore& core, int32_t* peak_used_blocks = nullptr) {
+std::map<std::string, Out> run(test::TextEngine& core, int32_t* peak_used_blocks = nullptr) {
   std::map<std::string, Out> res;
   while (core.has_work()) {
     for (const RequestOutput& o : core.step()) {
@@ -63,11 +64,11 @@ TEST(ParallelSampling, ForkedChoicesEqualSeparateRunsAndShareThePrompt) {
   auto llm = load();
   std::map<std::string, Out> alone;
   {
-    EngineCore core(*llm, {8, 512});
+    test::TextEngine core(*llm, {8, 512});
     for (int i = 0; i < 4; ++i) core.add_request(choice("a" + std::to_string(i), prompt, 100 + i));
     alone = run(core);
   }
-  EngineCore core(*llm, {8, 512});
+  test::TextEngine core(*llm, {8, 512});
   for (int i = 0; i < 4; ++i) {
     EngineRequest r = choice("g" + std::to_string(i), prompt, 100 + i);
     r.parallel_group = "cmpl-1";
@@ -97,7 +98,7 @@ TEST(ParallelSampling, ForkedChoicesEqualSeparateRunsAndShareThePrompt) {
 
 TEST(ParallelSampling, AbortingTheLeaderBeforeItsFirstTokenPromotesAMember) {
   auto llm = load();
-  EngineCore core(*llm, {8, 8});  // prompt of 30 tokens takes 4 steps of 8
+  test::TextEngine core(*llm, {8, 8});  // prompt of 30 tokens takes 4 steps of 8
   std::vector<int32_t> prompt(30, 7);
   prompt[0] = 1;
   for (int i = 0; i < 3; ++i) {
@@ -134,14 +135,14 @@ TEST(ParallelSampling, GroupsStayWithinMaxNumSeqs) {
   other[3] = 9;
   std::map<std::string, Out> alone;
   {
-    EngineCore core(*llm, {8, 512});
+    test::TextEngine core(*llm, {8, 512});
     core.add_request(greedy("solo-group", prompt));
     core.add_request(greedy("solo-other", other));
     alone = run(core);
   }
   for (int32_t cap : {1, 2, 3}) {
     SCOPED_TRACE(cap);
-    EngineCore core(*llm, {cap, 512});
+    test::TextEngine core(*llm, {cap, 512});
     core.add_request(greedy("x0", other));
     for (int i = 0; i < 4; ++i) {
       EngineRequest r = greedy("g" + std::to_string(i), prompt);

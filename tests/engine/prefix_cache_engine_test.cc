@@ -37,7 +37,7 @@ Out run_one(EngineCore& core, const std::string& id, const std::vector<int32_t>&
   core.add_request(r);
   Out out;
   while (core.has_work()) {
-    for (const RequestOutput& o : core.step()) {
+    for (const EngineCoreOutput& o : core.step()) {
       out.ids.insert(out.ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
       for (const SampleResult& s : o.new_logprobs) {
         out.logprobs.push_back(s.logprob);
