@@ -3,7 +3,6 @@
 #include <optional>
 
 #include "core/error.h"
-#include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::server {
@@ -201,10 +200,8 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
   return {};
 }
 
-std::string apply_chat_template(const Tokenizer& tok, const GgufFile& file, const std::vector<ChatMessage>& messages,
+std::string apply_chat_template(const Tokenizer& tok, ChatFormat format, const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) {
-  const std::optional<std::string> tmpl = file.get_string_opt("tokenizer.chat_template");
-  const ChatFormat format = detect_chat_format(tmpl.value_or(""));
   const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : std::string();
   const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : std::string();
   std::string text = render_chat(format, messages, add_generation_prompt, bos, eos);

@@ -52,7 +52,6 @@
 
 namespace pagellm {
 class Tokenizer;
-class GgufFile;
 }  // namespace pagellm
 
 namespace pagellm::server {
@@ -86,10 +85,10 @@ ChatFormat detect_chat_format(std::string_view jinja_template);
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         std::string_view bos_text, std::string_view eos_text);
 
-// render_chat() with the format detected from the GGUF's `tokenizer.chat_template` (absent ->
-// kFallback) and the tokenizer's BOS / EOS texts; a leading BOS text is dropped when
-// tok.add_bos() (see the BOS contract above). Throws pagellm::Error as render_chat.
-std::string apply_chat_template(const Tokenizer& tok, const GgufFile& file, const std::vector<ChatMessage>& messages,
+// render_chat() in `format` (detect_chat_format of the model's `tokenizer.chat_template`, done
+// once at start-up; absent -> kFallback) with the tokenizer's BOS / EOS texts; a leading BOS text
+// is dropped when tok.add_bos() (see the BOS contract above). Throws pagellm::Error as render_chat.
+std::string apply_chat_template(const Tokenizer& tok, ChatFormat format, const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt);
 
 }  // namespace pagellm::server

@@ -21,7 +21,6 @@
 #include "server/chat_template.h"
 
 namespace pagellm {
-class GgufFile;
 class Tokenizer;
 }  // namespace pagellm
 
@@ -41,7 +40,7 @@ inline constexpr int kMaxJsonDepth = 64;
 // What the parsers need to know about the served model.
 struct ModelInfo {
   const Tokenizer* tokenizer = nullptr;  // not null
-  const GgufFile* file = nullptr;        // source of tokenizer.chat_template; not null
+  ChatFormat chat_format = ChatFormat::kFallback;  // of tokenizer.chat_template, detected once at start-up
   std::string served_model_name;         // the only accepted `model` value
   int32_t max_model_len = 0;             // context length, tokens (prompt + generated)
   int32_t max_sequences_per_request = kMaxSequencesPerRequest;  // prompts x best_of (serve --max-n)

@@ -82,7 +82,7 @@ std::vector<int32_t> tokenize_chat(const ModelInfo& model, const std::vector<Cha
   check_prompt_bytes(contents, added_special_tokens(*model.tokenizer, /*add_special=*/true), model, "messages");
   std::string text;
   try {
-    text = apply_chat_template(*model.tokenizer, *model.file, messages, add_generation_prompt);
+    text = apply_chat_template(*model.tokenizer, model.chat_format, messages, add_generation_prompt);
   } catch (const Error& e) {
     throw bad_request(std::string("cannot apply the chat template: ") + e.what(), "messages");
   }

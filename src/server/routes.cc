@@ -148,7 +148,7 @@ Routes::Routes(AsyncEngine& engine, ServerMetrics& metrics, WorkQueue& work, Rou
       loopback_only_(is_loopback_host(host_name_of(options_.listen_host))),
       created_(std::time(nullptr)) {
   model_.tokenizer = &engine.tokenizer();
-  model_.file = &engine.llm().file();
+  model_.chat_format = detect_chat_format(engine.llm().file().get_string_opt("tokenizer.chat_template").value_or(""));
   model_.served_model_name = options_.served_model_name;
   model_.max_model_len = static_cast<int32_t>(engine.max_model_len());
   model_.max_sequences_per_request = options_.max_sequences_per_request;

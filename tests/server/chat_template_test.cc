@@ -15,6 +15,11 @@
 namespace pagellm::server {
 namespace {
 
+// What serve does once at start-up: the format of the file's tokenizer.chat_template.
+ChatFormat format_of(const GgufFile& f) {
+  return detect_chat_format(f.get_string_opt("tokenizer.chat_template").value_or(""));
+}
+
 // The conversation of llama.cpp's tests/test-chat-template.cpp: system, user, assistant (with
 // surrounding spaces, so strip()/trim show), user, then add_generation_prompt.
 std::vector<ChatMessage> conversation() {
@@ -188,7 +193,7 @@ TEST(ChatTemplateBos, Phi3TemplateBosIsNotDoubled) {
   auto f = GgufFile::open(test::testdata("vocab/ggml-vocab-phi-3.gguf"));
   auto tok = Tokenizer::from_gguf(*f);
   ASSERT_TRUE(tok->add_bos());
-  const std::string text = apply_chat_template(*tok, *f, {{"user", "Hello"}}, true);
+  const std::string text = apply_chat_template(*tok, format_of(*f), {{"user", "Hello"}}, true);
   EXPECT_EQ(text, "<|user|>\nHello<|end|>\n<|assistant|>\n");
   const std::vector<int32_t> ids = tok->encode(text, true, true);
   ASSERT_FALSE(ids.empty());
@@ -209,7 +214,7 @@ TEST(ChatTemplateBos, Llama2KeepsInnerBos) {
   auto f = GgufFile::parse(bytes, "llama2-template");
   auto tok = Tokenizer::from_gguf(*f);
   ASSERT_TRUE(tok->add_bos());
-  const std::string text = apply_chat_template(*tok, *f, conversation(), true);
+  const std::string text = apply_chat_template(*tok, format_of(*f), conversation(), true);
   EXPECT_EQ(text,
             "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST] I am an assistant </s>"
             "<s>[INST] Another question [/INST]");
@@ -230,7 +235,7 @@ TEST(ChatTemplateBos, KeepsBosWhenTokenizerDoesNotAddIt) {
   auto f = GgufFile::parse(bytes, "mistral-template");
   auto tok = Tokenizer::from_gguf(*f);
   ASSERT_FALSE(tok->add_bos());
-  const std::string text = apply_chat_template(*tok, *f, {{"user", "Hi"}}, true);
+  const std::string text = apply_chat_template(*tok, format_of(*f), {{"user", "Hi"}}, true);
   EXPECT_EQ(text, "<s>[INST] Hi [/INST]");
   const std::vector<int32_t> ids = tok->encode(text, true, true);
   EXPECT_EQ(ids[0], tok->bos_id());
@@ -244,13 +249,13 @@ TEST(ChatTemplateFallback, Stories260KMatchesLlamaServerPromptTokens) {
   auto tok = Tokenizer::from_gguf(*f);
   // llama-server-samples/chat-completions: usage.prompt_tokens 92.
   const std::string a = apply_chat_template(
-      *tok, *f, {{"system", "You are a storyteller."}, {"user", "Tell me a story about a cat."}}, true);
+      *tok, format_of(*f), {{"system", "You are a storyteller."}, {"user", "Tell me a story about a cat."}}, true);
   EXPECT_EQ(a,
             "<|im_start|>system\nYou are a storyteller.<|im_end|>\n<|im_start|>user\nTell me a story about a "
             "cat.<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(tok->encode(a, true, true).size(), 92u);
   // llama-server-samples/chat-completions-stream-usage: usage.prompt_tokens 56.
-  const std::string b = apply_chat_template(*tok, *f, {{"user", "Tell me a story about a cat."}}, true);
+  const std::string b = apply_chat_template(*tok, format_of(*f), {{"user", "Tell me a story about a cat."}}, true);
   EXPECT_EQ(tok->encode(b, true, true).size(), 56u);
 }
 

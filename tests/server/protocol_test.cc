@@ -29,7 +29,10 @@ class ProtocolTest : public ::testing::Test {
     delete tok_;
     delete file_;
   }
-  ModelInfo model() const { return ModelInfo{tok_, file_, "stories260K", 512}; }
+  ModelInfo model() const {
+    return ModelInfo{tok_, detect_chat_format(file_->get_string_opt("tokenizer.chat_template").value_or("")),
+                     "stories260K", 512};
+  }
   GenerationPlan completion(const std::string& body) {
     return parse_completion_request(nlohmann::json::parse(body), model(), "cmpl-x", 1700000000);
   }
