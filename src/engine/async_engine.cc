@@ -39,8 +39,8 @@ struct AsyncEngine::Impl {
   void deliver(EngineCoreOutput core_out) {
     auto it = sinks.find(core_out.request_id);
     if (it == sinks.end()) return;
-    const RequestOutput out = processor.process(
-        std::move(core_out), [this](const std::string& id, const std::string& stop) { return core.stop_request(id, stop); });
+    auto stop_in_engine = [this](const std::string& id, const std::string& stop) { return core.stop_request(id, stop); };
+    const RequestOutput out = processor.process(std::move(core_out), stop_in_engine);
     if (!out.finished) {
       it->second(out);
       return;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "sample/sampler.h"
 #include "sample/sampling_params.h"
 
@@ -69,6 +70,29 @@ struct EngineCoreOutput {
 struct RequestOutput : EngineCoreOutput {
   std::string delta_text;                      // complete UTF-8, stop strings withheld/removed
                                                // (new_token_ids may hold more than delta_text)
+};
+
+// Snapshot of engine gauges and counters for /metrics (read from any thread).
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t num_blocks = 0;
+  int64_t num_free_blocks = 0;
+  double kv_cache_usage = 0;             // fraction of blocks held, [0, 1]
+  int64_t block_size = 0;
+  int64_t num_preemptions = 0;           // total since start
+  int64_t prompt_tokens = 0;             // total prompt tokens computed (recomputes included)
+  int64_t generation_tokens = 0;         // total tokens sampled
+  int64_t num_steps = 0;
+  int64_t prefix_cache_queries = 0;      // tokens looked up in the prefix cache (at admission)
+  int64_t prefix_cache_hits = 0;         // of which found cached
+  int64_t num_cached_blocks = 0;         // blocks registered in the prefix cache now
+};
+
+// add_request(s) beyond the waiting queue's bound (HTTP 429).
+class QueueFull : public Error {
+ public:
+  using Error::Error;
 };
 
 }  // namespace pagellm

@@ -14,8 +14,9 @@ namespace {
 // functions they post). All members except the sinks' metrics calls run on the exchange's strand.
 class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
  public:
-  GenerationCall(GenerationPlan plan, std::shared_ptr<Exchange> ex, AsyncEngine& engine, ServerMetrics& metrics)
-      : plan_(std::move(plan)), ex_(std::move(ex)), engine_(engine), metrics_(metrics), tok_(engine.tokenizer()) {
+  GenerationCall(GenerationPlan plan, std::shared_ptr<Exchange> ex, EngineClient& engine, const Tokenizer& tokenizer,
+                 ServerMetrics& metrics)
+      : plan_(std::move(plan)), ex_(std::move(ex)), engine_(engine), metrics_(metrics), tok_(tokenizer) {
     choices_.resize(plan_.requests.size());
   }
 
@@ -38,7 +39,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
 
   GenerationPlan plan_;
   std::shared_ptr<Exchange> ex_;
-  AsyncEngine& engine_;
+  EngineClient& engine_;
   ServerMetrics& metrics_;
   const Tokenizer& tok_;
   std::vector<Choice> choices_;  // [plan_.requests.size()]
@@ -49,7 +50,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
 
 void GenerationCall::submit() {
   auto self = shared_from_this();
-  std::vector<AsyncEngine::Sink> sinks;
+  std::vector<EngineClient::OutputStream> sinks;
   sinks.reserve(plan_.requests.size());
   for (size_t i = 0; i < plan_.requests.size(); ++i) {
     sinks.push_back([self, i](const RequestOutput& out) {
@@ -190,9 +191,9 @@ void GenerationCall::fail(const std::string& message) {
 
 }  // namespace
 
-void start_generation(GenerationPlan plan, std::shared_ptr<Exchange> exchange, AsyncEngine& engine,
-                      ServerMetrics& metrics) {
-  auto call = std::make_shared<GenerationCall>(std::move(plan), std::move(exchange), engine, metrics);
+void start_generation(GenerationPlan plan, std::shared_ptr<Exchange> exchange, EngineClient& engine,
+                      const Tokenizer& tokenizer, ServerMetrics& metrics) {
+  auto call = std::make_shared<GenerationCall>(std::move(plan), std::move(exchange), engine, tokenizer, metrics);
   call->submit();
 }
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "engine/async_engine.h"
+#include "engine/engine_client.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
@@ -17,8 +17,9 @@ namespace pagellm::server {
 // metrics.on_output (on the engine thread).
 // Throws ApiError 429 (waiting queue full, with Retry-After), 503 (shutting down) or 400 (the
 // engine refused a request) before anything was sent; then none of its sequences is in the engine
-// (they are admitted all or none, AsyncEngine::add_requests).
-void start_generation(GenerationPlan plan, std::shared_ptr<Exchange> exchange, AsyncEngine& engine,
-                      ServerMetrics& metrics);
+// (they are admitted all or none, EngineClient::add_requests). `tokenizer` (the frontend's)
+// renders logprobs; it and `engine` must outlive the generation.
+void start_generation(GenerationPlan plan, std::shared_ptr<Exchange> exchange, EngineClient& engine,
+                      const Tokenizer& tokenizer, ServerMetrics& metrics);
 
 }  // namespace pagellm::server

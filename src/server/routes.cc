@@ -140,17 +140,18 @@ bool is_loopback_host(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
-Routes::Routes(AsyncEngine& engine, ServerMetrics& metrics, WorkQueue& work, RoutesOptions options)
+Routes::Routes(EngineClient& engine, const Tokenizer& tokenizer, ServerMetrics& metrics, WorkQueue& work,
+               RoutesOptions options)
     : engine_(engine),
       metrics_(metrics),
       work_(work),
       options_(std::move(options)),
       loopback_only_(is_loopback_host(host_name_of(options_.listen_host))),
       created_(std::time(nullptr)) {
-  model_.tokenizer = &engine.tokenizer();
-  model_.chat_format = detect_chat_format(engine.llm().file().get_string_opt("tokenizer.chat_template").value_or(""));
+  model_.tokenizer = &tokenizer;
+  model_.chat_format = detect_chat_format(engine.model_facts().chat_template);
   model_.served_model_name = options_.served_model_name;
-  model_.max_model_len = static_cast<int32_t>(engine.max_model_len());
+  model_.max_model_len = static_cast<int32_t>(engine.model_facts().max_model_len);
   model_.max_sequences_per_request = options_.max_sequences_per_request;
 }
 
@@ -310,7 +311,7 @@ void Routes::run_post(const HttpRequest& req, const std::shared_ptr<Exchange>& e
       if (!ex->is_open()) return;  // the client left while its body was parsed
       try {
         if (draining_) throw unavailable();
-        start_generation(std::move(*plan), ex, engine_, metrics_);
+        start_generation(std::move(*plan), ex, engine_, *model_.tokenizer, metrics_);
       } catch (const ApiError& e) {
         ex->respond(error_response(e));
       } catch (const std::exception& e) {

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/async_engine.h"
+#include "engine/engine_client.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
@@ -43,8 +43,10 @@ struct RoutesOptions {
 
 class Routes {
  public:
-  // All references must outlive this.
-  Routes(AsyncEngine& engine, ServerMetrics& metrics, WorkQueue& work, RoutesOptions options);
+  // All references must outlive this. `tokenizer` is the frontend's, loaded once at start-up;
+  // the chat format is detected here, once, from engine.model_facts().chat_template.
+  Routes(EngineClient& engine, const Tokenizer& tokenizer, ServerMetrics& metrics, WorkQueue& work,
+         RoutesOptions options);
 
   // The RequestHandler: runs on the connection's strand; never throws.
   void handle(HttpRequest request, std::shared_ptr<Exchange> exchange);
@@ -61,7 +63,7 @@ class Routes {
   bool origin_allowed(const std::string& origin, const std::string& host) const;
   bool authorized(const HttpRequest& req) const;
 
-  AsyncEngine& engine_;
+  EngineClient& engine_;
   ServerMetrics& metrics_;
   WorkQueue& work_;
   RoutesOptions options_;

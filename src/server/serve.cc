@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "engine/async_engine.h"
+#include "engine/in_process_client.h"
 #include "kv/kv_cache.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -179,13 +179,14 @@ int run_serve(const ServeOptions& o) {
   const std::string name =
       o.served_model_name.empty() ? default_served_model_name(o.engine.model_path) : o.served_model_name;
   const EngineConfig& ec = o.engine;
-  AsyncEngine engine(load_model(o), SchedulerConfig{ec.max_num_seqs, ec.max_num_batched_tokens, ec.max_waiting});
+  InProcessEngineClient engine(load_model(o), SchedulerConfig{ec.max_num_seqs, ec.max_num_batched_tokens, ec.max_waiting});
   signals.loaded();
   ServerMetrics metrics(name);
   HttpServer::Options http;
   http.host = o.host;
   http.port = o.port;
-  http.max_body_bytes = o.max_body_bytes > 0 ? o.max_body_bytes : default_max_body_bytes(engine.max_model_len());
+  http.max_body_bytes =
+      o.max_body_bytes > 0 ? o.max_body_bytes : default_max_body_bytes(engine.model_facts().max_model_len);
   // Bodies waiting to be parsed: as many as may wait in the engine, holding at most 16 full-size
   // bodies (a burst of small requests is admitted; a pile of big ones gets 429).
   WorkQueue work(o.api_threads, static_cast<size_t>(o.api_queue > 0 ? o.api_queue : ec.max_waiting),
@@ -196,7 +197,7 @@ int run_serve(const ServeOptions& o) {
   ro.listen_host = o.host;
   ro.allowed_origins = o.allowed_origins;
   ro.max_sequences_per_request = std::min(o.max_n, ec.max_waiting);
-  Routes routes(engine, metrics, work, ro);
+  Routes routes(engine, engine.tokenizer(), metrics, work, ro);
   http.io_threads = o.io_threads;
   http.idle_timeout_seconds = o.timeout_seconds;
   http.on_status = [&metrics](int status) { metrics.on_http_status(status); };

@@ -1,0 +1,18 @@
+#include "engine/in_process_client.h"
+
+#include <filesystem>
+
+namespace pagellm {
+
+InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm, const SchedulerConfig& config)
+    : engine_(std::move(llm), config) {
+  const LLM& m = engine_.llm();
+  const std::filesystem::path path(m.config().model_path);
+  facts_.model_name = m.file().get_string_opt("general.name")
+                          .value_or(path.extension() == ".gguf" ? path.stem().string() : path.filename().string());
+  facts_.vocab_size = m.tokenizer().vocab_size();
+  facts_.max_model_len = engine_.max_model_len();
+  facts_.chat_template = m.file().get_string_opt("tokenizer.chat_template").value_or("");
+}
+
+}  // namespace pagellm
