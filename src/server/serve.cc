@@ -18,7 +18,6 @@
 
 #include "core/error.h"
 #include "engine/in_process_client.h"
-#include "kv/kv_cache.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/routes.h"
@@ -105,7 +104,7 @@ void raise_fd_limit() {
 std::unique_ptr<LLM> load_model(const ServeOptions& o) {
   log("loading model '" + o.engine.model_path + "'");
   auto llm = std::make_unique<LLM>(o.engine);  // opens the file once; plan_kv_cache sizes the pool
-  const KvCache& kv = llm->kv_cache();
+  const auto& kv = llm->kv_cache();  // (engine/llm.h: the pool plan_kv_cache sized)
   const int64_t tokens = int64_t{kv.num_blocks()} * kv.block_size();
   char line[256];
   std::snprintf(line, sizeof line, "KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB (%s); context %lld tokens",

@@ -1,0 +1,2 @@
+// Fixture: an include that the exceptions table allows for this file only.
+#include "format/gguf.h"
