@@ -2,11 +2,16 @@
 // meets it: requests / aborts in, output deltas out (../shared/DESIGN.md, "Threads").
 //
 //   server thread(s)                       engine thread
-//   add_request(req, sink) ──► inbox ──►   step(): schedule -> forward -> sample -> update
-//   abort_request(id)      ──► inbox       sink(RequestOutput) for every request with news
+//   add_request(req, sink) ──► inbox ──►   EngineCore::step(): schedule -> forward -> sample ->
+//   abort_request(id)      ──► inbox         update (token outputs)
+//                                          OutputProcessor::process(): text, stop strings (a
+//                                            match ends the request in the core, before the
+//                                            next step)
+//                                          sink(RequestOutput) for every request with news
 //
 // Sinks are called on the engine thread and must not block: post the output to your own thread
-// (e.g. an asio strand) and return.
+// (e.g. an asio strand) and return. Frontends use it through InProcessEngineClient
+// (engine/in_process_client.h).
 #pragma once
 
 #include <algorithm>
