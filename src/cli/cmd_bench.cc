@@ -67,12 +67,12 @@ double batch_decode_tokens_per_s(LLM& llm, int64_t num_seqs, int64_t max_steps, 
     core.add_request(req);
   }
   int64_t tokens = 0;
-  for (const RequestOutput& out : core.step()) tokens += static_cast<int64_t>(out.new_token_ids.size());
+  for (const EngineCoreOutput& out : core.step()) tokens += static_cast<int64_t>(out.new_token_ids.size());
   PAGELLM_CHECK(tokens == num_seqs, "bench: the first step did not start every sequence");
   tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
   while (core.has_work()) {
-    for (const RequestOutput& out : core.step()) tokens += static_cast<int64_t>(out.new_token_ids.size());
+    for (const EngineCoreOutput& out : core.step()) tokens += static_cast<int64_t>(out.new_token_ids.size());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   PAGELLM_CHECK(tokens == num_seqs * (steps - 1), "bench: a sequence stopped early");

@@ -65,7 +65,7 @@ GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateO
   const auto t0 = std::chrono::steady_clock::now();
   auto t_first = t0;
   for (bool finished = false; !finished;) {
-    for (const RequestOutput& out : core.step()) {
+    for (const EngineCoreOutput& out : core.step()) {
       for (int32_t tok : out.new_token_ids) {
         if (res.token_ids.empty()) {
           t_first = std::chrono::steady_clock::now();

@@ -142,7 +142,7 @@ std::vector<std::vector<int32_t>> greedy_tokens(int32_t block_size) {
   }
   std::vector<std::vector<int32_t>> out(prompts.size());
   while (core.has_work()) {
-    for (const RequestOutput& o : core.step()) {
+    for (const EngineCoreOutput& o : core.step()) {
       auto& v = out[std::stoul(o.request_id)];
       v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
     }
