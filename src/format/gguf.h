@@ -1,4 +1,4 @@
-// GGUF reader and writer, versions 2 and 3.
+// GGUF reader, versions 2 and 3 (the writer: format/gguf_writer.h).
 // Spec: ggml docs/gguf.md (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md).
 //
 // Layout: magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv | n_kv x (string key, u32 type,
@@ -141,28 +141,5 @@ class GgufFile {
 uint64_t gguf_as_u64(const GgufValue& v, const std::string& ctx);
 int64_t gguf_as_i64(const GgufValue& v, const std::string& ctx);
 double gguf_as_f64(const GgufValue& v, const std::string& ctx);
-
-// Writes GGUF v3 files: metadata in insertion order, then tensors, each aligned.
-class GgufWriter {
- public:
-  explicit GgufWriter(uint64_t alignment = 32) : alignment_(alignment) {}
-  void set(const std::string& key, GgufValue value);  // replaces an existing key
-  // `data` must hold exactly the tensor's bytes (rows x row_size_bytes(type, ne[0])).
-  void add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> ne, std::vector<uint8_t> data);
-  // Throws pagellm::Error when the file cannot be written.
-  void write(const std::string& path) const;
-  std::vector<uint8_t> to_bytes() const;
-
- private:
-  struct PendingTensor {
-    std::string name;
-    GgmlType type;
-    std::vector<int64_t> ne;
-    std::vector<uint8_t> data;
-  };
-  uint64_t alignment_;
-  std::vector<std::pair<std::string, GgufValue>> kv_;
-  std::vector<PendingTensor> tensors_;
-};
 
 }  // namespace pagellm

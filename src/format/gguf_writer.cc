@@ -1,14 +1,16 @@
+#include "format/gguf_writer.h"
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 
 #include "core/error.h"
-#include "format/gguf.h"
 
 namespace pagellm {
 namespace {
 
-class ByteSink {
+// Builds the header in memory (its size is the metadata's, mostly a vocab: a few MiB at most).
+class ByteBuffer {
  public:
   template <typename T>
   void put(T v) {
@@ -19,30 +21,28 @@ class ByteSink {
     put<uint64_t>(s.size());
     out_.insert(out_.end(), s.begin(), s.end());
   }
-  void pad_to(uint64_t alignment) {
-    while (out_.size() % alignment != 0) out_.push_back(0);
-  }
-  void put_bytes(const std::vector<uint8_t>& b) { out_.insert(out_.end(), b.begin(), b.end()); }
+  void pad_to(uint64_t alignment) { out_.resize((out_.size() + alignment - 1) / alignment * alignment, 0); }
   std::vector<uint8_t>& bytes() { return out_; }
 
  private:
   std::vector<uint8_t> out_;
 };
 
-void put_value(ByteSink& s, const GgufValue& v) {
+// The value's payload (not its type tag), as GGUF stores it.
+void put_value(ByteBuffer& s, const GgufValue& v) {
   switch (v.type) {
-    case GgufValueType::UINT8: s.put<uint8_t>(static_cast<uint8_t>(std::get<uint64_t>(v.v))); break;
-    case GgufValueType::INT8: s.put<int8_t>(static_cast<int8_t>(std::get<int64_t>(v.v))); break;
-    case GgufValueType::UINT16: s.put<uint16_t>(static_cast<uint16_t>(std::get<uint64_t>(v.v))); break;
-    case GgufValueType::INT16: s.put<int16_t>(static_cast<int16_t>(std::get<int64_t>(v.v))); break;
-    case GgufValueType::UINT32: s.put<uint32_t>(static_cast<uint32_t>(std::get<uint64_t>(v.v))); break;
-    case GgufValueType::INT32: s.put<int32_t>(static_cast<int32_t>(std::get<int64_t>(v.v))); break;
-    case GgufValueType::UINT64: s.put<uint64_t>(std::get<uint64_t>(v.v)); break;
-    case GgufValueType::INT64: s.put<int64_t>(std::get<int64_t>(v.v)); break;
-    case GgufValueType::FLOAT32: s.put<float>(static_cast<float>(std::get<double>(v.v))); break;
-    case GgufValueType::FLOAT64: s.put<double>(std::get<double>(v.v)); break;
-    case GgufValueType::BOOL: s.put<uint8_t>(std::get<bool>(v.v) ? 1 : 0); break;
-    case GgufValueType::STRING: s.put_string(std::get<std::string>(v.v)); break;
+    case GgufValueType::UINT8: s.put<uint8_t>(static_cast<uint8_t>(std::get<uint64_t>(v.v))); return;
+    case GgufValueType::INT8: s.put<int8_t>(static_cast<int8_t>(std::get<int64_t>(v.v))); return;
+    case GgufValueType::UINT16: s.put<uint16_t>(static_cast<uint16_t>(std::get<uint64_t>(v.v))); return;
+    case GgufValueType::INT16: s.put<int16_t>(static_cast<int16_t>(std::get<int64_t>(v.v))); return;
+    case GgufValueType::UINT32: s.put<uint32_t>(static_cast<uint32_t>(std::get<uint64_t>(v.v))); return;
+    case GgufValueType::INT32: s.put<int32_t>(static_cast<int32_t>(std::get<int64_t>(v.v))); return;
+    case GgufValueType::UINT64: s.put<uint64_t>(std::get<uint64_t>(v.v)); return;
+    case GgufValueType::INT64: s.put<int64_t>(std::get<int64_t>(v.v)); return;
+    case GgufValueType::FLOAT32: s.put<float>(static_cast<float>(std::get<double>(v.v))); return;
+    case GgufValueType::FLOAT64: s.put<double>(std::get<double>(v.v)); return;
+    case GgufValueType::BOOL: s.put<uint8_t>(std::get<bool>(v.v) ? 1 : 0); return;
+    case GgufValueType::STRING: s.put_string(std::get<std::string>(v.v)); return;
     case GgufValueType::ARRAY: {
       const auto& a = std::get<GgufArray>(v.v);
       s.put<uint32_t>(static_cast<uint32_t>(a.elem_type));
@@ -51,10 +51,84 @@ void put_value(ByteSink& s, const GgufValue& v) {
         PAGELLM_CHECK(item.type == a.elem_type, "GGUF array element type mismatch");
         put_value(s, item);
       }
-      break;
+      return;
     }
   }
+  PAGELLM_CHECK(false, "bad GGUF value type " + std::to_string(static_cast<uint32_t>(v.type)));
 }
+
+uint64_t padded(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+
+// Forwards a producer's bytes and counts them, so that the writer can check the tensor's size.
+class CountingSink : public GgufDataSink {
+ public:
+  explicit CountingSink(GgufDataSink& out) : out_(out) {}
+  using GgufDataSink::write;
+  void write(std::span<const std::byte> bytes) override {
+    out_.write(bytes);
+    count_ += bytes.size();
+  }
+  uint64_t count() const { return count_; }
+
+ private:
+  GgufDataSink& out_;
+  uint64_t count_ = 0;
+};
+
+class VectorSink : public GgufDataSink {
+ public:
+  using GgufDataSink::write;
+  void write(std::span<const std::byte> bytes) override {
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+    out.insert(out.end(), p, p + bytes.size());
+  }
+  std::vector<uint8_t> out;
+};
+
+// A file that is removed unless commit() renames it into place.
+class TmpFileSink : public GgufDataSink {
+ public:
+  explicit TmpFileSink(std::string path) : path_(std::move(path)), f_(std::fopen(path_.c_str(), "wb")) {
+    if (f_ == nullptr) fail("cannot write GGUF file '" + path_ + "'");
+  }
+  ~TmpFileSink() override {
+    if (f_ != nullptr) {
+      std::fclose(f_);
+      std::remove(path_.c_str());  // not committed: an exception is unwinding
+    }
+  }
+  TmpFileSink(const TmpFileSink&) = delete;
+  TmpFileSink& operator=(const TmpFileSink&) = delete;
+
+  using GgufDataSink::write;
+  void write(std::span<const std::byte> bytes) override {
+    if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f_) != bytes.size()) {
+      fail("cannot write GGUF file '" + path_ + "'");
+    }
+  }
+  void commit(const std::string& final_path) {
+    const bool flushed = std::fflush(f_) == 0;
+    const bool closed = std::fclose(f_) == 0;
+    f_ = nullptr;
+    if (!flushed || !closed) {
+      const int err = errno;
+      std::remove(path_.c_str());
+      errno = err;
+      fail("cannot write GGUF file '" + path_ + "'");
+    }
+    if (std::rename(path_.c_str(), final_path.c_str()) != 0) {
+      const int err = errno;
+      std::remove(path_.c_str());
+      errno = err;
+      fail("cannot rename '" + path_ + "' to '" + final_path + "'");
+    }
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& what) { throw Error(what + ": " + std::strerror(errno)); }
+  std::string path_;
+  FILE* f_;
+};
 
 }  // namespace
 
@@ -74,19 +148,25 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
 }
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> ne,
-                            std::vector<uint8_t> data) {
+                            TensorDataFn produce) {
   PAGELLM_CHECK(!ne.empty() && ne.size() <= 4, "tensor " + name + ": bad rank");
   int64_t rows = 1;
   for (size_t i = 1; i < ne.size(); ++i) rows *= ne[i];
-  const int64_t expect = rows * row_size_bytes(type, ne[0]);
-  PAGELLM_CHECK(static_cast<int64_t>(data.size()) == expect,
-                "tensor " + name + ": " + std::to_string(data.size()) + " bytes, expected " + std::to_string(expect));
-  tensors_.push_back(PendingTensor{name, type, std::move(ne), std::move(data)});
+  const uint64_t size = static_cast<uint64_t>(rows * row_size_bytes(type, ne[0]));
+  tensors_.push_back(PendingTensor{name, type, std::move(ne), size, std::move(produce)});
 }
 
-std::vector<uint8_t> GgufWriter::to_bytes() const {
-  ByteSink s;
-  s.put<uint32_t>(0x46554747);
+void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> ne,
+                            std::vector<uint8_t> data) {
+  const size_t n = data.size();
+  add_tensor(name, type, std::move(ne), [d = std::move(data)](GgufDataSink& out) { out.write(d.data(), d.size()); });
+  PAGELLM_CHECK(n == tensors_.back().size_bytes, "tensor " + name + ": " + std::to_string(n) +
+                                                     " bytes, expected " + std::to_string(tensors_.back().size_bytes));
+}
+
+std::vector<uint8_t> GgufWriter::header_bytes() const {
+  ByteBuffer s;
+  s.put<uint32_t>(0x46554747);  // "GGUF"
   s.put<uint32_t>(3);
   s.put<uint64_t>(tensors_.size());
   const bool has_alignment_key = alignment_ != 32;
@@ -108,28 +188,36 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     for (int64_t d : t.ne) s.put<uint64_t>(static_cast<uint64_t>(d));
     s.put<uint32_t>(static_cast<uint32_t>(t.type));
     s.put<uint64_t>(offset);
-    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+    offset += padded(t.size_bytes, alignment_);
   }
   s.pad_to(alignment_);
-  for (const PendingTensor& t : tensors_) {
-    s.put_bytes(t.data);
-    s.pad_to(alignment_);
-  }
   return std::move(s.bytes());
 }
 
+void GgufWriter::write_to(GgufDataSink& out) const {
+  const std::vector<uint8_t> header = header_bytes();
+  out.write(header.data(), header.size());
+  const std::vector<uint8_t> zeros(alignment_, 0);
+  for (const PendingTensor& t : tensors_) {
+    CountingSink counted(out);
+    t.produce(counted);
+    PAGELLM_CHECK(counted.count() == t.size_bytes, "tensor " + t.name + ": produced " +
+                                                       std::to_string(counted.count()) + " bytes, expected " +
+                                                       std::to_string(t.size_bytes));
+    out.write(zeros.data(), padded(t.size_bytes, alignment_) - t.size_bytes);
+  }
+}
+
+std::vector<uint8_t> GgufWriter::to_bytes() const {
+  VectorSink sink;
+  write_to(sink);
+  return std::move(sink.out);
+}
+
 void GgufWriter::write(const std::string& path) const {
-  const std::vector<uint8_t> bytes = to_bytes();
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  if (!f) throw Error("cannot write GGUF file '" + tmp + "': " + std::strerror(errno));
-  if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size() || std::fflush(f.get()) != 0) {
-    throw Error("cannot write GGUF file '" + tmp + "': " + std::strerror(errno));
-  }
-  f.reset();
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw Error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
-  }
+  TmpFileSink file(path + ".tmp");
+  write_to(file);
+  file.commit(path);
 }
 
 }  // namespace pagellm

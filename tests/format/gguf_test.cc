@@ -13,6 +13,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 
 namespace pagellm {

@@ -24,6 +24,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 
 namespace {
 

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 
 using namespace pagellm;
 

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 

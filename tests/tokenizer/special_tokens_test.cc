@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
