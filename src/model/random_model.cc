@@ -1,9 +1,7 @@
 #include "model/random_model.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -11,6 +9,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "kernels/cpu/ops.h"
 
 namespace pagellm {
@@ -76,11 +75,9 @@ struct TensorPlan {
   std::vector<int64_t> ne;  // ggml order: ne[0] = cols
   float center;             // values are center + uniform(-a, a)
   float a;
-  uint64_t offset = 0;      // in the data section
 
   int64_t rows() const { return ne.size() > 1 ? ne[1] : 1; }
   int64_t row_bytes() const { return row_size_bytes(type, ne[0]); }
-  uint64_t size_bytes() const { return static_cast<uint64_t>(rows() * row_bytes()); }
 };
 
 bool is_supported_dtype(GgmlType t) {
@@ -125,86 +122,6 @@ std::vector<TensorPlan> plan_tensors(const ModelShape& s, int64_t vocab_size, Gg
   norm("output_norm.weight");
   if (!s.tie_word_embeddings) matrix("output.weight", h, vocab_size, 1.0f);
   return out;
-}
-
-// ---- GGUF serialization ----------------------------------------------------------------------
-
-class Bytes {
- public:
-  template <typename T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    out_.insert(out_.end(), p, p + sizeof(T));
-  }
-  void put_string(const std::string& s) {
-    put<uint64_t>(s.size());
-    out_.insert(out_.end(), s.begin(), s.end());
-  }
-  void put_value(const GgufValue& v);
-  void pad_to(uint64_t alignment) { out_.resize((out_.size() + alignment - 1) / alignment * alignment, 0); }
-  const std::vector<uint8_t>& data() const { return out_; }
-
- private:
-  std::vector<uint8_t> out_;
-};
-
-// The value's payload (not its type tag), as GGUF stores it.
-void Bytes::put_value(const GgufValue& v) {
-  switch (v.type) {
-    case GgufValueType::UINT8: put<uint8_t>(static_cast<uint8_t>(std::get<uint64_t>(v.v))); return;
-    case GgufValueType::INT8: put<int8_t>(static_cast<int8_t>(std::get<int64_t>(v.v))); return;
-    case GgufValueType::UINT16: put<uint16_t>(static_cast<uint16_t>(std::get<uint64_t>(v.v))); return;
-    case GgufValueType::INT16: put<int16_t>(static_cast<int16_t>(std::get<int64_t>(v.v))); return;
-    case GgufValueType::UINT32: put<uint32_t>(static_cast<uint32_t>(std::get<uint64_t>(v.v))); return;
-    case GgufValueType::INT32: put<int32_t>(static_cast<int32_t>(std::get<int64_t>(v.v))); return;
-    case GgufValueType::UINT64: put<uint64_t>(std::get<uint64_t>(v.v)); return;
-    case GgufValueType::INT64: put<int64_t>(std::get<int64_t>(v.v)); return;
-    case GgufValueType::FLOAT32: put<float>(static_cast<float>(std::get<double>(v.v))); return;
-    case GgufValueType::FLOAT64: put<double>(std::get<double>(v.v)); return;
-    case GgufValueType::BOOL: put<uint8_t>(std::get<bool>(v.v) ? 1 : 0); return;
-    case GgufValueType::STRING: put_string(std::get<std::string>(v.v)); return;
-    case GgufValueType::ARRAY: {
-      const auto& arr = std::get<GgufArray>(v.v);
-      put<uint32_t>(static_cast<uint32_t>(arr.elem_type));
-      put<uint64_t>(arr.items.size());
-      for (const GgufValue& item : arr.items) {
-        PAGELLM_CHECK(item.type == arr.elem_type, "GGUF array element type mismatch");
-        put_value(item);
-      }
-      return;
-    }
-  }
-  PAGELLM_CHECK(false, "bad GGUF value type " + std::to_string(static_cast<uint32_t>(v.type)));
-}
-
-constexpr uint64_t kAlignment = 32;  // GGUF default; general.alignment is not written
-
-// Everything before the data section: magic, version, counts, metadata, tensor infos, padding.
-// Assigns each plan's data offset.
-std::vector<uint8_t> serialize_header(const std::vector<std::pair<std::string, GgufValue>>& kv,
-                                      std::vector<TensorPlan>& tensors) {
-  Bytes b;
-  b.put<uint32_t>(0x46554747);  // "GGUF"
-  b.put<uint32_t>(3);
-  b.put<uint64_t>(tensors.size());
-  b.put<uint64_t>(kv.size());
-  for (const auto& [key, value] : kv) {
-    b.put_string(key);
-    b.put<uint32_t>(static_cast<uint32_t>(value.type));
-    b.put_value(value);
-  }
-  uint64_t offset = 0;
-  for (TensorPlan& t : tensors) {
-    t.offset = offset;
-    b.put_string(t.name);
-    b.put<uint32_t>(static_cast<uint32_t>(t.ne.size()));
-    for (int64_t d : t.ne) b.put<uint64_t>(static_cast<uint64_t>(d));
-    b.put<uint32_t>(static_cast<uint32_t>(t.type));
-    b.put<uint64_t>(offset);
-    offset += (t.size_bytes() + kAlignment - 1) / kAlignment * kAlignment;
-  }
-  b.pad_to(kAlignment);
-  return b.data();
 }
 
 // ---- metadata --------------------------------------------------------------------------------
@@ -279,51 +196,6 @@ ModelShape resolve_shape(const RandomModelSpec& spec) {
 
 // ---- streaming tensor data -------------------------------------------------------------------
 
-class OutFile {
- public:
-  explicit OutFile(std::string path) : path_(std::move(path)), f_(std::fopen(path_.c_str(), "wb")) {
-    if (f_ == nullptr) fail();
-  }
-  ~OutFile() {
-    if (f_ != nullptr) {
-      std::fclose(f_);
-      std::remove(path_.c_str());  // not committed: an exception is unwinding
-    }
-  }
-  OutFile(const OutFile&) = delete;
-  OutFile& operator=(const OutFile&) = delete;
-
-  void write(const uint8_t* p, size_t n) {
-    if (n > 0 && std::fwrite(p, 1, n, f_) != n) fail();
-  }
-  void pad_zeros(size_t n) {
-    static const uint8_t kZeros[kAlignment] = {};
-    write(kZeros, n);
-  }
-  // Closes the file and renames it to `final_path`.
-  void commit(const std::string& final_path) {
-    const bool ok = std::fflush(f_) == 0;
-    const bool closed = std::fclose(f_) == 0;
-    f_ = nullptr;
-    if (!ok || !closed) {
-      std::remove(path_.c_str());
-      fail();
-    }
-    if (std::rename(path_.c_str(), final_path.c_str()) != 0) {
-      const std::string why = std::strerror(errno);
-      std::remove(path_.c_str());
-      throw Error("random model: cannot rename '" + path_ + "' to '" + final_path + "': " + why);
-    }
-  }
-
- private:
-  [[noreturn]] void fail() const {
-    throw Error("random model: cannot write '" + path_ + "': " + std::strerror(errno));
-  }
-  std::string path_;
-  FILE* f_;
-};
-
 // Encodes one row of f32 values as `type`. out: row_size_bytes(type, n) bytes.
 void encode_row(GgmlType type, const float* x, int64_t n, uint8_t* out) {
   if (type == GgmlType::F32) {
@@ -344,9 +216,9 @@ void encode_row(GgmlType type, const float* x, int64_t n, uint8_t* out) {
 
 constexpr int64_t kChunkBytes = int64_t{16} << 20;  // output bytes generated per write
 
-// Generates `t` in chunks of rows (split across the pool's threads) and appends it, padded.
+// Generates `t` in chunks of rows (split across the pool's threads) and hands each chunk to `out`.
 void stream_tensor(const TensorPlan& t, uint64_t seed, ThreadPool& pool, std::vector<uint8_t>& buf,
-                   OutFile& out) {
+                   GgufDataSink& out) {
   const uint64_t name_hash = fnv1a64(t.name);
   const int64_t cols = t.ne[0], row_bytes = t.row_bytes(), rows = t.rows();
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkBytes / row_bytes);
@@ -362,8 +234,6 @@ void stream_tensor(const TensorPlan& t, uint64_t seed, ThreadPool& pool, std::ve
     });
     out.write(buf.data(), buf.size());
   }
-  const uint64_t size = t.size_bytes();
-  out.pad_zeros(static_cast<size_t>((kAlignment - size % kAlignment) % kAlignment));
 }
 
 }  // namespace
@@ -393,15 +263,14 @@ int64_t count_parameters(const ModelShape& s, int64_t vocab_size) {
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
   const ModelShape shape = resolve_shape(spec);
   const Vocab vocab = read_vocab(spec.vocab_path);
-  std::vector<TensorPlan> tensors = plan_tensors(shape, vocab.num_tokens, spec.dtype);
-  const std::vector<uint8_t> header = serialize_header(model_metadata(spec, shape, vocab), tensors);
-
-  OutFile out(path + ".tmp");
-  out.write(header.data(), header.size());
+  GgufWriter w;  // GGUF's default alignment (32): general.alignment is not written
+  for (auto& [key, value] : model_metadata(spec, shape, vocab)) w.set(key, std::move(value));
   ThreadPool pool(ThreadPool::default_num_threads());
-  std::vector<uint8_t> buf;
-  for (const TensorPlan& t : tensors) stream_tensor(t, spec.seed, pool, buf, out);
-  out.commit(path);
+  std::vector<uint8_t> buf;  // one chunk of one tensor, reused
+  for (const TensorPlan& t : plan_tensors(shape, vocab.num_tokens, spec.dtype)) {
+    w.add_tensor(t.name, t.type, t.ne, [&, t](GgufDataSink& out) { stream_tensor(t, spec.seed, pool, buf, out); });
+  }
+  w.write(path);
 }
 
 }  // namespace pagellm

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -260,6 +261,33 @@ TEST_F(RandomModelTest, DeterministicBySeed) {
   ASSERT_EQ(a.size(), c.size());
   EXPECT_FALSE(a == c);
   EXPECT_FALSE(fs::exists(dir_ / "a.gguf.tmp"));
+}
+
+// The bytes of make-model's files are pinned: these XXH3-64 digests are of files written by the
+// binary before make-model moved onto the streaming GgufWriter (its own serializer then), with
+// `pagellm make-model --shape S --dtype D --seed N --vocab ggml-vocab-llama-spm.gguf`. A change of
+// writer, generator or quantizer that alters one byte of a file shows here.
+uint64_t file_xxh3(const std::string& path) {
+  const std::vector<char> bytes = read_bytes(path);
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+TEST_F(RandomModelTest, BytesEqualThoseOfTheFormerSerializer) {
+  struct Case {
+    const char* shape;
+    GgmlType dtype;
+    uint64_t seed;
+    uint64_t xxh3;
+  };
+  const Case cases[] = {
+      {"tiny-gqa", GgmlType::F32, 7, 0xd0c2669d49733e4bull},  {"tiny-gqa", GgmlType::F16, 7, 0xa7e49f4d5b47b484ull},
+      {"tiny-gqa", GgmlType::BF16, 7, 0x0b964af0c27b128aull}, {"tiny-gqa", GgmlType::Q8_0, 7, 0x5f5abeeefa8b0428ull},
+      {"tiny-gqa", GgmlType::Q4_0, 7, 0xefe2d30c45472756ull}, {"tiny-odd", GgmlType::Q4_0, 3, 0x308a9e439193b725ull},
+  };
+  for (const Case& c : cases) {
+    const std::string name = std::string(c.shape) + "-" + type_name(c.dtype) + ".gguf";
+    EXPECT_EQ(file_xxh3(write(c.shape, c.dtype, c.seed, name)), c.xxh3) << name;
+  }
 }
 
 TEST_F(RandomModelTest, LayerOverrideKeepsSharedTensors) {
