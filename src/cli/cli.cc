@@ -4,9 +4,11 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/build_info.h"
 #include "core/error.h"
 
 namespace pagellm::cli {
@@ -28,6 +30,9 @@ std::string default_model_path() {
 int main(int argc, char** argv) {
   CLI::App app{"pagellm: a lean LLM inference engine (Llama-family GGUF models on CPU)"};
   app.require_subcommand(1);
+  std::string version = build_info_text();
+  version.pop_back();  // CLI11 ends the line
+  app.set_version_flag("--version", version, "Print the version and build info, then exit");
   std::vector<std::pair<CLI::App*, Handler>> subs;
   auto add = [&](const char* name, const char* help, Handler (*fn)(CLI::App&)) {
     CLI::App* sub = app.add_subcommand(name, help);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/build_info.h"
+
 namespace pagellm::server {
 
 namespace {
@@ -134,6 +136,13 @@ void ServerMetrics::on_http_status(int status) {
 
 std::string ServerMetrics::render(const EngineStats& s) const {
   Writer w(model_name_);
+  const BuildInfo& b = build_info();
+  w.header("pagellm:build_info", "gauge", "Build information in the labels; the value is always 1.");
+  w.sample("pagellm:build_info",
+           "version=\"" + escape_label_value(b.version) + "\",commit=\"" + escape_label_value(b.commit) +
+               "\",compiler=\"" + escape_label_value(b.compiler) + "\",build_type=\"" +
+               escape_label_value(b.build_type) + "\"",
+           "1");
   w.scalar("pagellm:num_requests_running", "gauge", "Number of requests in the running batch.",
            static_cast<double>(s.num_running));
   w.scalar("pagellm:num_requests_waiting", "gauge", "Number of requests waiting to be scheduled.",

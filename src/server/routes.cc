@@ -6,13 +6,10 @@
 #include <cctype>
 #include <ctime>
 
+#include "core/build_info.h"
 #include "core/error.h"
 #include "server/generation.h"
 #include "tokenizer/tokenizer.h"
-
-#ifndef PAGELLM_VERSION
-#define PAGELLM_VERSION "unknown"
-#endif
 
 namespace pagellm::server {
 
@@ -276,21 +273,23 @@ HttpResponse Routes::dispatch(HttpRequest& req, const std::shared_ptr<Exchange>&
     return json_response(nlohmann::json{{"status", "ok"}});
   }
   if (path == "/ping") return json_response(nlohmann::json{{"status", "ok"}});
-  if (path == "/version") return json_response(nlohmann::json{{"version", PAGELLM_VERSION}});
+  if (path == "/version") return json_response(nlohmann::json{{"version", build_info().version}});
   if (path == "/metrics") {
     HttpResponse r;
     r.content_type = ServerMetrics::kContentType;
     r.body = metrics_.render(engine_.stats());
     return r;
   }
-  if (path == "/v1/models") return json_response(models_response(model_, created_));
+  ResponseJson models = models_response(model_, created_);
+  for (auto& card : models["data"]) card["pagellm_version"] = build_info().version;  // extension field
+  if (path == "/v1/models") return json_response(models);
   // /v1/models/{id}
   const std::string id = path.substr(std::string("/v1/models/").size());
   if (id != model_.served_model_name) {
     throw ApiError(404, "The model '" + id.substr(0, 256) + "' does not exist", "invalid_request_error", "model",
                    "model_not_found");
   }
-  return json_response(models_response(model_, created_)["data"][0]);
+  return json_response(models["data"][0]);
 }
 
 void Routes::run_post(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/build_info.h"
 #include "server_process.h"
 
 namespace pagellm::test {
@@ -160,13 +161,17 @@ TEST(ServeHardening, SmallRoutesClientsExpect) {
   EXPECT_EQ(c["id"], "stories260K");
   EXPECT_EQ(c["object"], "model");
   EXPECT_EQ(c["max_model_len"], 512);
+  EXPECT_EQ(c["pagellm_version"], build_info().version);  // extension field, in the list too
+  const HttpResult list = http(port, "GET", "/v1/models");
+  ASSERT_EQ(list.status, 200) << list.body;
+  EXPECT_EQ(json::parse(list.body)["data"][0]["pagellm_version"], build_info().version);
   const HttpResult missing = http(port, "GET", "/v1/models/gpt-4");
   EXPECT_EQ(missing.status, 404);
   expect_error_body(missing, "model_not_found");
 
   const HttpResult version = http(port, "GET", "/version");
   EXPECT_EQ(version.status, 200);
-  EXPECT_FALSE(json::parse(version.body)["version"].get<std::string>().empty());
+  EXPECT_EQ(json::parse(version.body)["version"], build_info().version);
   EXPECT_EQ(http(port, "GET", "/ping").status, 200);
   EXPECT_EQ(http(port, "POST", "/ping", "{}").status, 200);
   HttpResult options = raw_http(port, "OPTIONS /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");

@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/build_info.h"
 #include "core/error.h"
 #include "server/metrics.h"
 #include "server/serve.h"
@@ -96,6 +97,10 @@ TEST(Metrics, RendersEveryFamilyAndParsesBack) {
   EXPECT_EQ(v.at("pagellm:http_errors_total" + l + ",status=\"400\"}"), 2);
   EXPECT_EQ(v.at("pagellm:http_errors_total" + l + ",status=\"429\"}"), 1);
   EXPECT_FALSE(v.contains("pagellm:http_errors_total" + l + ",status=\"200\"}"));
+  const BuildInfo& b = build_info();
+  EXPECT_EQ(v.at("pagellm:build_info" + l + ",version=\"" + b.version + "\",commit=\"" + b.commit +
+                 "\",compiler=\"" + b.compiler + "\",build_type=\"" + b.build_type + "\"}"),
+            1);
 
   const std::string h = "pagellm:time_to_first_token_seconds";
   EXPECT_EQ(v.at(h + "_count" + l + "}"), 1);
