@@ -13,10 +13,12 @@ PACKAGES=(
   libcli11-dev                                   # command-line parsing
   libxxhash-dev                                  # prefix-cache block hashes (XXH3)
   clang libclang-rt-14-dev                       # libFuzzer target (optional), sanitizer runtime
+  clang-format clang-tidy                        # scripts/lint.sh
   libboost-dev                                   # HTTP server and client: Boost.Beast + Asio (header-only)
 )
-# Node.js + npm run the API compatibility tests with the official `openai` npm client; the machine
-# image may already ship them (outside dpkg's view of the Debian packages), so only add if absent.
+# Node.js + npm run the API compatibility tests with the official `openai` npm client (optional for
+# a build, required by CI); the machine image may already ship them (outside dpkg's view of the
+# Debian packages), so only add if absent.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -147,8 +147,7 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
   kv_.emplace_back(key, std::move(value));
 }
 
-void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> ne,
-                            TensorDataFn produce) {
+void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> ne, TensorDataFn produce) {
   PAGELLM_CHECK(!ne.empty() && ne.size() <= 4, "tensor " + name + ": bad rank");
   int64_t rows = 1;
   for (size_t i = 1; i < ne.size(); ++i) rows *= ne[i];
@@ -160,8 +159,8 @@ void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<
                             std::vector<uint8_t> data) {
   const size_t n = data.size();
   add_tensor(name, type, std::move(ne), [d = std::move(data)](GgufDataSink& out) { out.write(d.data(), d.size()); });
-  PAGELLM_CHECK(n == tensors_.back().size_bytes, "tensor " + name + ": " + std::to_string(n) +
-                                                     " bytes, expected " + std::to_string(tensors_.back().size_bytes));
+  PAGELLM_CHECK(n == tensors_.back().size_bytes, "tensor " + name + ": " + std::to_string(n) + " bytes, expected " +
+                                                     std::to_string(tensors_.back().size_bytes));
 }
 
 std::vector<uint8_t> GgufWriter::header_bytes() const {
