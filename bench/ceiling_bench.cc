@@ -100,7 +100,7 @@ __attribute__((target("avx2,fma"), noinline)) int64_t run_fma(const float* w, co
 }
 
 void BM_Avx2MixCeiling(benchmark::State& state) {
-  if (!cpu_has_avx2()) {
+  if (cpu_isa() < Isa::kAvx2) {
     state.SkipWithError("no AVX2");
     return;
   }

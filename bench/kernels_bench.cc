@@ -2,9 +2,9 @@
 // a small prefill chunk) and 64 (prefill) on TinyLlama's FFN shapes: shape 0 = ffn_up / ffn_gate
 // (5632 rows x 2048 cols), 1 = ffn_down (2048 x 5632), per weight dtype. Bytes/s counts weight
 // bytes streamed per call, the decode roofline quantity. Args: {dtype id, num_tokens, num_threads,
-// avx512, shape}; avx512 = 0 forces the AVX2 kernels, 2 runs the AVX-512 kernels on repacked rows
-// (repack_weight), 3 the AVX2 kernels on repacked rows. For an A/B in one process: --benchmark_enable_random_interleaving=true
-// --benchmark_repetitions=5.
+// isa (kernels::Isa, every one from AVX2 up that the CPU has), shape}; the weights are repacked
+// (repack_weight) as LlamaModel loads them. For an A/B in one process:
+// --benchmark_enable_random_interleaving=true --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -53,11 +53,12 @@ void BM_Matmul(benchmark::State& state) {
   const int64_t num_tokens = state.range(1);
   const int num_threads = static_cast<int>(state.range(2));
   const int64_t kRows = kShapes[state.range(4)][0], kCols = kShapes[state.range(4)][1];
-  set_avx512_enabled(state.range(3) == 1 || state.range(3) == 2);
+  const auto isa = static_cast<Isa>(state.range(3));
   std::vector<uint8_t> w = make_weight(type, kRows, kCols);
   WeightView view{type, kRows, kCols, w.data()};
+  view.isa = isa;
   std::vector<uint8_t> packed;
-  if (state.range(3) >= 2) {  // repacked rows (WeightLayout::kRepacked16), as LlamaModel loads them
+  if (repack_pays(view)) {  // repacked rows (WeightLayout::kRepacked16), as LlamaModel loads them
     packed.resize(w.size());
     view = repack_weight(view, packed.data(), nullptr);
   }
@@ -68,15 +69,11 @@ void BM_Matmul(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  set_avx512_enabled(true);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRows * kCols * num_tokens * state.iterations(),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(type_name(type) + " " + std::to_string(kRows) + "x" + std::to_string(kCols) + " M=" + std::to_string(num_tokens) + " threads=" + std::to_string(num_threads) +
-                 (state.range(3) == 0   ? " avx2-only"
-                  : state.range(3) == 2 ? " repacked"
-                  : state.range(3) == 3 ? " repacked avx2-only"
-                                        : ""));
+                 " " + isa_name(isa));
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
@@ -84,10 +81,9 @@ void matmul_args(benchmark::internal::Benchmark* b) {
     for (int64_t m : {1, 16, 64}) {
       for (int64_t threads : {1, 2}) {
         for (int64_t shape : {0, 1}) {
-          b->Args({static_cast<int64_t>(t), m, threads, 1, shape});
-          if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 0, shape});
-          if (cpu_has_avx512_vnni()) b->Args({static_cast<int64_t>(t), m, threads, 2, shape});
-          if (cpu_has_avx2()) b->Args({static_cast<int64_t>(t), m, threads, 3, shape});
+          for (Isa isa : usable_isas()) {
+            if (isa != Isa::kScalar) b->Args({static_cast<int64_t>(t), m, threads, static_cast<int64_t>(isa), shape});
+          }
         }
       }
     }

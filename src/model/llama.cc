@@ -30,7 +30,8 @@ kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int6
                   ", which pagellm cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0)");
   }
   weight_bytes_ += static_cast<int64_t>(t.size_bytes);
-  const kc::WeightView view{t.type, rows, cols, t.data};
+  kc::WeightView view{t.type, rows, cols, t.data};
+  view.isa = isa_;
   if (!for_matmul || !kc::repack_pays(view)) return view;
   repacked_.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[t.size_bytes]));
   const kc::WeightView packed = kc::repack_weight(view, repacked_.back().get(), pool_);
@@ -51,11 +52,14 @@ const float* LlamaModel::bind_norm(const GgufFile& f, const std::string& name) {
   return reinterpret_cast<const float*>(t.data);
 }
 
-LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool) : config_(LlamaConfig::from_gguf(f)), pool_(pool) {
+LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool, kernels::Isa isa)
+    : config_(LlamaConfig::from_gguf(f)), pool_(pool), isa_(isa) {
+  PAGELLM_CHECK(isa <= kc::cpu_isa(), std::string("LlamaModel: isa ") + kc::isa_name(isa) + " is not on this CPU");
   const LlamaConfig& c = config_;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
-  token_embd_ = bind(f, "token_embd.weight", c.vocab_size, c.hidden_size, /*for_matmul=*/false);  // row lookups
+  // Row lookups (kc::get_row, either layout); also the LM head when the embeddings are tied.
+  token_embd_ = bind(f, "token_embd.weight", c.vocab_size, c.hidden_size, /*for_matmul=*/c.tie_word_embeddings);
   output_norm_ = bind_norm(f, "output_norm.weight");
   output_ = c.tie_word_embeddings ? token_embd_ : bind(f, "output.weight", c.vocab_size, c.hidden_size);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -111,13 +115,13 @@ const BlockQ8_0* LlamaModel::norm_for(std::initializer_list<const kc::WeightView
                                       const int64_t* rows, int64_t num_rows) {
   const LlamaConfig& c = config_;
   const int64_t h = c.hidden_size;
-  bool quantized = false;
-  for (const kc::WeightView* w : ws) quantized |= w->type == GgmlType::Q8_0 || w->type == GgmlType::Q4_0;
+  bool quantized = false;  // some weight multiplies q8_0 activations (the kernel table says which)
+  for (const kc::WeightView* w : ws) quantized |= kc::vec_dot_type(w->type) == GgmlType::Q8_0;
   if (quantized) xq_.resize(static_cast<size_t>(num_rows * (h / kQK8_0)));
   for (int64_t j = 0; j < num_rows; ++j) {
     const float* x = &x_[(rows != nullptr ? rows[j] : j) * h];
     if (quantized) {
-      kc::rms_norm_q8_0(x, weight, 1, h, c.rms_norm_eps, &xn_[j * h], &xq_[j * (h / kQK8_0)]);
+      kc::rms_norm_q8_0(x, weight, 1, h, c.rms_norm_eps, &xn_[j * h], &xq_[j * (h / kQK8_0)], isa_);
     } else {
       kc::rms_norm(x, weight, h, c.rms_norm_eps, &xn_[j * h]);
     }
@@ -138,7 +142,8 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
     kc::rope(&q_[t * q_dim], c.num_attention_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_theta);
     kc::rope(&k_[t * kv_dim], c.num_key_value_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_theta);
   }
-  const kc::KvLayerView view = kv_cache.layer(layer);
+  kc::KvLayerView view = kv_cache.layer(layer);
+  view.isa = isa_;
   kc::write_kv(view, k_.data(), v_.data(), b.slot_mapping.data(), n);
   kc::AttentionBatch ab;
   ab.query_start_loc = b.query_start_loc.data();
@@ -179,11 +184,7 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, std::vector<f
   gate_.resize(n * c.intermediate_size);
   up_.resize(gate_.size());
 
-  const int64_t emb_row_bytes = token_embd_.row_bytes();
-  for (int64_t t = 0; t < n; ++t) {
-    const auto* row = static_cast<const uint8_t*>(token_embd_.data) + b.token_ids[t] * emb_row_bytes;
-    kc::dequantize_row(token_embd_.type, row, c.hidden_size, &x_[t * c.hidden_size]);
-  }
+  for (int64_t t = 0; t < n; ++t) kc::get_row(token_embd_, b.token_ids[t], &x_[t * c.hidden_size]);
   for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {
     attention_block(layers_[i], i, b, kv_cache);
     mlp_block(layers_[i], n);

@@ -23,11 +23,12 @@ namespace pagellm {
 class LlamaModel {
  public:
   // Binds the weights of `file` (which must outlive the model). Throws pagellm::Error naming the
-  // tensor for a missing tensor, a wrong shape or an unsupported dtype. Matmul weights are
-  // repacked into model-owned memory when kernels::repack_pays (AVX2 CPUs; same bytes; Q8_0/Q4_0:
-  // block-sum arithmetic, kernels_r16.h; F32/F16/BF16: sequential FMA chains, matmul_seq_*.cc)
-  // and their pages of the mapping are dropped, so the resident size stays about the file's.
-  LlamaModel(const GgufFile& file, ThreadPool* pool);
+  // tensor for a missing tensor, a wrong shape or an unsupported dtype. isa: the kernels every
+  // op of this model runs on, chosen once here (throws when the CPU lacks it); any value gives
+  // the same bits (docs/design.md, "Kernel table"). Matmul weights are repacked into model-owned
+  // memory when kernels::repack_pays (isa >= kAvx2, >= 16 rows; same bytes) and their pages of
+  // the mapping are dropped, so the resident size stays about the file's.
+  LlamaModel(const GgufFile& file, ThreadPool* pool, kernels::Isa isa = kernels::default_isa());
 
   const LlamaConfig& config() const { return config_; }
   // Shape of the KV cache this model needs, with the given element type (F32 or F16).
@@ -71,6 +72,7 @@ class LlamaModel {
 
   LlamaConfig config_;
   ThreadPool* pool_;
+  kernels::Isa isa_;
   kernels::WeightView token_embd_;  // [vocab, hidden]
   kernels::WeightView output_;      // [vocab, hidden]
   const float* output_norm_ = nullptr;

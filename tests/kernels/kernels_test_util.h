@@ -70,11 +70,4 @@ inline TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, Rng& 
 
 inline bool is_quant(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
 
-// Switches the AVX2 paths off for one scope (tests of the scalar fallbacks).
-class ScopedNoSimd {
- public:
-  ScopedNoSimd() { set_simd_enabled(false); }
-  ~ScopedNoSimd() { set_simd_enabled(true); }
-};
-
 }  // namespace pagellm::kernels::testing

@@ -51,29 +51,27 @@ TEST(RmsNormQ8_0, EqualsNormThenQuantizeAndFeedsMatmulTheSameBits) {
       std::vector<BlockQ8_0> want(tokens * n / 32), got(tokens * n / 32);
       for (int64_t t = 0; t < tokens; ++t) rms_norm(&x[t * n], w.data(), n, 1e-5f, &xn[t * n]);
       for (int64_t t = 0; t < tokens; ++t) quantize_row_q8_0_activations(&xn[t * n], n, &want[t * n / 32]);
-      rms_norm_q8_0(x.data(), w.data(), tokens, n, 1e-5f, xn_fused.data(), got.data());
+      rms_norm_q8_0(x.data(), w.data(), tokens, n, 1e-5f, xn_fused.data(), got.data(), default_isa());
       ASSERT_EQ(std::memcmp(xn.data(), xn_fused.data(), xn.size() * 4), 0);
       ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(BlockQ8_0)), 0);
       for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::F16}) {
         const TestWeights tw = make_weights(type, 48, n, rng);
         std::vector<uint8_t> packed(static_cast<size_t>(48 * tw.view().row_bytes()));
-        for (bool repack : {false, true}) {
-          if (repack && !repack_pays(tw.view())) continue;
-          const WeightView v = repack ? repack_weight(tw.view(), packed.data(), &pool) : tw.view();
-          for (bool avx512 : {true, false}) {
-            set_avx512_enabled(avx512);
+        for (Isa isa : usable_isas()) {
+          WeightView gguf = tw.view();
+          gguf.isa = isa;
+          for (bool repack : {false, true}) {
+            if (repack && !repack_pays(gguf)) continue;
+            const WeightView v = repack ? repack_weight(gguf, packed.data(), &pool) : gguf;
             std::vector<float> y0(tokens * 48), y1(tokens * 48);
             matmul(v, xn.data(), tokens, y0.data(), &pool);
             matmul(v, xn.data(), tokens, y1.data(), &pool, got.data());
-            set_avx512_enabled(true);
             ASSERT_EQ(std::memcmp(y0.data(), y1.data(), y0.size() * 4), 0)
-                << type_name(type) << (repack ? " repacked" : "") << (avx512 ? " avx512" : " avx2");
+                << type_name(type) << (repack ? " repacked " : " ") << isa_name(isa);
             // And the blocks are what the quantized matmuls read (all-zero blocks: y = 0), while
             // float weights ignore them.
             const std::vector<BlockQ8_0> zero(got.size(), BlockQ8_0{});
-            set_avx512_enabled(avx512);
             matmul(v, xn.data(), tokens, y1.data(), &pool, zero.data());
-            set_avx512_enabled(true);
             for (size_t i = 0; i < y1.size(); ++i) {
               ASSERT_EQ(y1[i], type == GgmlType::F16 ? y0[i] : 0.0f) << type_name(type) << " " << i;
             }

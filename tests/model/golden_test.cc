@@ -1,14 +1,19 @@
 // Golden agreement with llama.cpp on stories260K (../shared/testdata/stories260K/golden.json):
-// prompt token ids, 64 greedy token ids of the F32 model, and the top-5 logits of the first 8
-// steps within 1e-4 relative.
+// prompt token ids; greedy ids and logits of the F32, F16, Q8_0 and Q4_0 files within the
+// tolerance rule of golden_check.h. On AVX2 CPUs every matrix of 16 rows or more is repacked
+// (all of stories260K's but none smaller), so this checks the tiles' arithmetic; elsewhere the
+// scalar oracles, the same bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "format/gguf.h"
-#include "kernels/cpu/cpu_features.h"
+#include "golden_check.h"
 #include "model/llama.h"
 #include "model_harness.h"
 #include "test_util.h"
@@ -24,28 +29,22 @@ json load_golden() {
   return json::parse(f);
 }
 
-struct GreedyRun {
-  std::vector<int32_t> ids;
-  std::vector<std::vector<float>> logits;  // per step
-};
+using test::GreedyRun;
+using test::run_greedy;
 
-GreedyRun run_greedy(LlamaModel& model, const std::vector<int32_t>& prompt, int n, int64_t chunk) {
-  test::ModelHarness h(model, 64, 16);
-  GreedyRun r;
-  std::vector<float> last;
-  for (size_t s = 0; s < prompt.size(); s += chunk) {
-    const size_t e = std::min(prompt.size(), s + chunk);
-    last = h.step({{"seq", std::vector<int32_t>(prompt.begin() + s, prompt.begin() + e)}})[0];
-  }
-  const int64_t vocab = model.config().vocab_size;
-  for (int i = 0; i < n; ++i) {
-    r.logits.push_back(last);
-    const int32_t tok = test::argmax(last.data(), vocab);
-    r.ids.push_back(tok);
-    if (i + 1 < n) last = h.step({{"seq", {tok}}})[0];
-  }
-  return r;
-}
+// Tolerances on |dlogit| vs llama.cpp (rule: golden_check.h), from the data: stories260K's
+// logits span about +-15; llama.cpp agrees with itself (batched vs token by token, threads) to
+// <= 8e-6 on F32 files (../shared/testdata/kquant/README.md, "F32 files"), and our F32
+// arithmetic differs from ggml's only in summation order (measured: max |dlogit| 9.5e-6).
+// F16: both round the activations to f16 (relative step 2^-11 = 4.9e-4), so a rounding-order
+// difference of 1e-7 that moves one activation across an f16 boundary changes it by a full
+// f16 step, and that cascades through the layers: 1e-3 of the logit range, 0.03 (measured up
+// to 8e-3).
+// Q8_0 / Q4_0: the same with q8_0 steps (1/127 of a block's largest value); llama.cpp's own
+// logits move by 0.2-0.4 under a 1e-3 perturbation (same README, "Quantized files"): 0.5.
+constexpr double kF32Tol = 1e-4;
+constexpr double kF16Tol = 0.03;
+constexpr double kQuantTol = 0.5;
 
 class GoldenF32 : public ::testing::Test {
  protected:
@@ -63,26 +62,18 @@ class GoldenF32 : public ::testing::Test {
 };
 
 TEST_F(GoldenF32, PromptTokensGreedyIdsAndTop5Logits) {
+  double max_dlogit = 0;
   for (const json& p : golden_["prompts"]) {
     SCOPED_TRACE("prompt id " + p["id"].dump());
     const auto expect_prompt = p["prompt_token_ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(tok_->encode(p["prompt"].get<std::string>(), true, false), expect_prompt);
-    const json& res = p["results"]["f32"];
-    const auto expect_ids = res["greedy_token_ids"].get<std::vector<int32_t>>();
     const GreedyRun run = run_greedy(*model_, expect_prompt, 64, 512);
-    EXPECT_EQ(run.ids, expect_ids);
-    const json& top5 = res["top5_first8_steps"];
-    for (size_t step = 0; step < top5.size(); ++step) {
-      for (const json& pair : top5[step]) {
-        const int32_t id = pair[0].get<int32_t>();
-        const double want = pair[1].get<double>();
-        const double got = run.logits[step][id];
-        EXPECT_LE(std::fabs(got - want), 1e-4 * std::max(1.0, std::fabs(want)))
-            << "step " << step << " token " << id << " got " << got << " want " << want;
-      }
-    }
-    EXPECT_EQ(tok_->decode(expect_ids), tok_->decode(run.ids));
+    const test::Agreement a = test::check_against_golden(run, p["results"]["f32"], kF32Tol);
+    max_dlogit = std::max(max_dlogit, a.max_dlogit);
+    std::printf("[ golden ] f32 prompt %s: %d/64 greedy ids agree (%d required), max |dlogit| %.3g\n",
+                p["id"].dump().c_str(), a.agreed, a.required, a.max_dlogit);
   }
+  std::printf("[ golden ] f32: max |dlogit| %.3g (tolerance %.3g)\n", max_dlogit, kF32Tol);
 }
 
 // The full step-0 logit vector of "Once upon a time" (golden_logits_step0.json).
@@ -95,7 +86,7 @@ TEST_F(GoldenF32, FullStep0Logits) {
   ASSERT_EQ(run.logits[0].size(), want.size());
   double max_abs = 0;
   for (size_t i = 0; i < want.size(); ++i) max_abs = std::max(max_abs, std::fabs(run.logits[0][i] - want[i]));
-  EXPECT_LT(max_abs, 1e-4) << "max abs logit difference vs llama.cpp";
+  EXPECT_LE(max_abs, kF32Tol) << "max abs logit difference vs llama.cpp";
   EXPECT_EQ(run.ids[0], g["argmax"].get<int32_t>());
 }
 
@@ -114,41 +105,27 @@ TEST_F(GoldenF32, ChunkedPrefillIsBitIdentical) {
   }
 }
 
-// Quantized and F16 files: count how many leading greedy tokens agree with llama.cpp's own
-// results for those files (reported in the README).
-TEST(GoldenQuantized, LeadingAgreementWithLlamaCpp) {
+// F16 and quantized files, with the tolerance rule of golden_check.h, per prompt.
+TEST(GoldenQuantized, AgreementWithLlamaCppWithinTolerance) {
   const json golden = load_golden();
   ThreadPool pool(2);
-  for (const char* kind : {"f16", "q8_0", "q4_0"}) {
+  for (const auto& [kind, tol] : {std::pair{"f16", kF16Tol}, std::pair{"q8_0", kQuantTol}, std::pair{"q4_0", kQuantTol}}) {
+    SCOPED_TRACE(kind);
     auto file = GgufFile::open(test::testdata(std::string("stories260K/stories260K-") + kind + ".gguf"));
     LlamaModel model(*file, &pool);
-    int total_agree = 0, total = 0;
+    int total_agree = 0;
+    double max_dlogit = 0;
     std::string per_prompt;
     for (const json& p : golden["prompts"]) {
       const auto prompt = p["prompt_token_ids"].get<std::vector<int32_t>>();
-      const auto want = p["results"][kind]["greedy_token_ids"].get<std::vector<int32_t>>();
       const GreedyRun r = run_greedy(model, prompt, 64, 512);
-      int agree = 0;
-      while (agree < 64 && r.ids[agree] == want[agree]) ++agree;
-      per_prompt += " " + std::to_string(agree);
-      total_agree += agree;
-      total += 64;
+      const test::Agreement a = test::check_against_golden(r, p["results"][kind], tol);
+      per_prompt += " " + std::to_string(a.agreed) + "(" + std::to_string(a.required) + ")";
+      total_agree += a.agreed;
+      max_dlogit = std::max(max_dlogit, a.max_dlogit);
     }
-    std::printf("[ golden ] %s: leading tokens agreeing with llama.cpp per prompt:%s (total %d/%d)\n", kind,
-                per_prompt.c_str(), total_agree, total);
-    // Measured: every token agrees for all three files, since the kernels follow ggml's
-    // arithmetic (f16-rounded activations for F16 weights, q8_0 activations with x86 rounding for
-    // quantized ones). A kernel change that breaks this must be explained, not tolerated.
-    // stories260K's matrices (64 columns) are never repacked (repack_pays), so on AVX-512 VNNI
-    // CPUs too this checks ggml's lane-wise arithmetic; large models' repacked block sums are
-    // checked against their own reference (matmul_test) and against this path (Repacking.*).
-    // The scalar fallback (no AVX2, or PAGELLM_NO_AVX2=1) sums the quantized blocks in another
-    // order than ggml's x86 kernels, so there only most tokens are required to agree.
-    if (kernels::use_avx2()) {
-      EXPECT_EQ(total_agree, total) << kind;
-    } else {
-      EXPECT_GT(total_agree, total / 2) << kind;
-    }
+    std::printf("[ golden ] %s: leading ids agreeing (required) per prompt:%s, total %d/384, max |dlogit| %.3g (tol %.3g)\n",
+                kind, per_prompt.c_str(), total_agree, max_dlogit, tol);
   }
 }
 

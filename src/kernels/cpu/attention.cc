@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/ops.h"
@@ -35,6 +34,7 @@ void check_kv(const KvLayerView& kv) {
   PAGELLM_CHECK(kv.block_size > 0 && kv.num_kv_heads > 0 && kv.head_dim > 0 && kv.num_slots >= 0,
                 "kv shape: block_size " + std::to_string(kv.block_size) + " num_kv_heads " +
                     std::to_string(kv.num_kv_heads) + " head_dim " + std::to_string(kv.head_dim));
+  PAGELLM_CHECK(kv.isa <= cpu_isa(), std::string("kv isa ") + isa_name(kv.isa) + " is not on this CPU");
 }
 
 int64_t elem_bytes(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
@@ -88,7 +88,7 @@ void qk_scores(const KvLayerView& kv, const Problem& p, float scale, const std::
 }
 
 // The scores of two query heads (q, q + head_dim) sharing kv head kvh, F32 keys, AVX-512: tiles of
-// 4 keys in consecutive slots x the 2 queries (avx512::dot_float_tile), each dot product
+// 4 keys in consecutive slots x the 2 queries (avx512::qk_f32_pair_tile), each dot product
 // bit-identical to avx2::dot_f32(k, q), so to qk_scores<true>.
 void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, int64_t j0, int64_t n, float scale,
                            const std::vector<int64_t>& offsets, float* s0, float* s1) {
@@ -100,7 +100,7 @@ void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, i
     const bool run4 = j + 4 <= n && offsets[j + 1] == o + row && offsets[j + 2] == o + 2 * row &&
                       offsets[j + 3] == o + 3 * row;
     const int r = run4 ? 4 : 1;
-    avx512::dot_float_tile(GgmlType::F32, k32 + o, row, r, q, hd, hd, 2, d);
+    avx512::qk_f32_pair_tile(k32 + o, row, r, q, hd, d);
     for (int i = 0; i < r; ++i, ++j) {
       s0[j - j0] = d[2 * i] * scale;
       s1[j - j0] = d[2 * i + 1] * scale;
@@ -193,7 +193,7 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   // query heads that share the kv head; units are dealt to threads round-robin.
   const int64_t num_units = num_tokens * kv.num_kv_heads;
   // Pairs of query heads share each key load on AVX-512 CPUs (F32 KV cache; same bits).
-  const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && use_avx512_vnni();
+  const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && kv.isa >= Isa::kAvx512;
   auto work = [&](int thread, int num_threads) {
     float scores[2 * kKeyTile];  // one tile of scores for each of two heads
     std::vector<float> tmp(static_cast<size_t>(hd));
@@ -251,7 +251,7 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
   check_kv(kv);
   const int64_t row = kv.num_kv_heads * kv.head_dim;
   const int64_t eb = elem_bytes(kv.dtype);
-  const bool simd = use_avx2();
+  const bool simd = kv.isa >= Isa::kAvx2;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     PAGELLM_CHECK(slot >= 0 && slot < kv.num_slots,
@@ -273,7 +273,7 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
 
 void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads, float scale,
                      float* out, ThreadPool* pool) {
-  if (use_avx2()) {
+  if (kv.isa >= Isa::kAvx2) {
     attention_impl<true>(q, kv, batch, num_heads, scale, out, pool);
   } else {
     attention_impl<false>(q, kv, batch, num_heads, scale, out, pool);

@@ -1,10 +1,12 @@
 // AVX2/FMA/F16C helpers for paged attention and the KV cache (compiled with -mavx2 -mfma -mf16c;
-// entered only when use_avx2()).
+// entered only when the KvLayerView's isa >= kAvx2).
 #include <immintrin.h>
 
 #include <cmath>
 
+#include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace pagellm::kernels::avx2 {
 
@@ -29,8 +31,40 @@ void axpy_f16(float a, const uint16_t* v, float* acc, int64_t n) {
 
 namespace {
 
-inline __m256 load_v(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load_v(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load_v(const float* p) { return simd::F32Load::load8(p); }
+inline __m256 load_v(const uint16_t* p) { return simd::F16Load::load8(p); }
+
+// q . k for M keys (key k at x + k * xs, or M = 1 with f16 keys at w): 4 accumulators of 8 lanes
+// over steps of 32, then steps of 8 into accumulator 0, then hsum8((a0 + a1) + (a2 + a3)), then
+// a scalar FMA tail in element order (ggml's ggml_vec_dot_f32 on AVX2).
+template <typename L, int M>
+void dot_tile(const typename L::T* w, const float* x, int64_t xs, int64_t n, float* out) {
+  __m256 acc[M][4];
+  for (int k = 0; k < M; ++k)
+    for (int a = 0; a < 4; ++a) acc[k][a] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256 w0 = L::load8(w + i), w1 = L::load8(w + i + 8), w2 = L::load8(w + i + 16), w3 = L::load8(w + i + 24);
+#pragma GCC unroll 4
+    for (int k = 0; k < M; ++k) {
+      const float* xk = x + k * xs + i;
+      acc[k][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xk), acc[k][0]);
+      acc[k][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xk + 8), acc[k][1]);
+      acc[k][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xk + 16), acc[k][2]);
+      acc[k][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xk + 24), acc[k][3]);
+    }
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 w0 = L::load8(w + i);
+#pragma GCC unroll 4
+    for (int k = 0; k < M; ++k) acc[k][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * xs + i), acc[k][0]);
+  }
+  for (int k = 0; k < M; ++k) {
+    float s = simd::hsum8(_mm256_add_ps(_mm256_add_ps(acc[k][0], acc[k][1]), _mm256_add_ps(acc[k][2], acc[k][3])));
+    for (int64_t j = i; j < n; ++j) s = std::fma(L::scalar(w + j), x[k * xs + j], s);
+    out[k] = s;
+  }
+}
 
 // out[i] = sum_j a[j] * v[off[j] + i], j ascending from 0, one FMA per element and key: the
 // sequence of axpy_*. kVec vectors of 8 stay in registers across all keys.
@@ -67,6 +101,20 @@ void pv(const T* v, const int64_t* off, int64_t n, const float* a, int64_t hd, f
 }
 
 }  // namespace
+
+float dot_f32(const float* w, const float* x, int64_t n) {
+  float r;
+  dot_tile<simd::F32Load, 1>(w, x, 0, n, &r);
+  return r;
+}
+float dot_f16(const uint16_t* w, const float* x, int64_t n) {
+  float r;
+  dot_tile<simd::F16Load, 1>(w, x, 0, n, &r);
+  return r;
+}
+void dot_f32_tile(const float* w, const float* x, int64_t xs, int64_t n, int m, float* out) {
+  with_m<kMaxTileTokens>(m, [&](auto mc) { dot_tile<simd::F32Load, mc.value>(w, x, xs, n, out); });
+}
 
 void pv_accumulate_f32(const float* v, const int64_t* off, int64_t n, const float* a, int64_t hd, float* out) {
   pv(v, off, n, a, hd, out);

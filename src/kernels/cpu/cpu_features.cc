@@ -1,28 +1,24 @@
 #include "kernels/cpu/cpu_features.h"
 
-#include <atomic>
+#include <algorithm>
 #include <cstdlib>
 
 namespace pagellm::kernels {
 namespace {
 
-bool probe_avx2() {
+Isa probe() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))) {
+    return Isa::kScalar;
+  }
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))) {
+    return Isa::kAvx2;
+  }
+  return __builtin_cpu_supports("avx512vnni") ? Isa::kAvx512Vnni : Isa::kAvx512;
 #else
-  return false;
-#endif
-}
-
-bool probe_avx512_vnni() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vnni");
-#else
-  return false;
+  return Isa::kScalar;
 #endif
 }
 
@@ -32,45 +28,38 @@ bool env_flag(const char* name) {
   return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
 }
 
-std::atomic<bool>& avx512_enabled() {
-  static std::atomic<bool> enabled{!env_flag("PAGELLM_NO_AVX512")};
-  return enabled;
-}
-
-std::atomic<bool>& repack_enabled() {
-  static std::atomic<bool> enabled{!env_flag("PAGELLM_NO_REPACK")};
-  return enabled;
-}
-
-std::atomic<bool>& simd_enabled() {
-  static std::atomic<bool> enabled{!env_flag("PAGELLM_NO_AVX2")};
-  return enabled;
-}
-
 }  // namespace
 
-bool cpu_has_avx2() {
-  static const bool has = probe_avx2();
-  return has;
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Vnni: return "avx512vnni";
+  }
+  return "?";
 }
 
-bool use_avx2() { return cpu_has_avx2() && simd_enabled().load(std::memory_order_relaxed); }
-
-void set_simd_enabled(bool enabled) { simd_enabled().store(enabled, std::memory_order_relaxed); }
-
-bool cpu_has_avx512_vnni() {
-  static const bool has = cpu_has_avx2() && probe_avx512_vnni();
-  return has;
+Isa cpu_isa() {
+  static const Isa isa = probe();
+  return isa;
 }
 
-bool use_avx512_vnni() {
-  return use_avx2() && cpu_has_avx512_vnni() && avx512_enabled().load(std::memory_order_relaxed);
+Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512) {
+  if (no_avx2) return Isa::kScalar;
+  if (no_avx512) return std::min(cpu, Isa::kAvx2);
+  return cpu;
 }
 
-void set_avx512_enabled(bool enabled) { avx512_enabled().store(enabled, std::memory_order_relaxed); }
+Isa default_isa() {
+  static const Isa isa = limit_isa(cpu_isa(), env_flag("PAGELLM_NO_AVX2"), env_flag("PAGELLM_NO_AVX512"));
+  return isa;
+}
 
-bool use_repacking() { return use_avx2() && repack_enabled().load(std::memory_order_relaxed); }
-
-void set_repack_enabled(bool enabled) { repack_enabled().store(enabled, std::memory_order_relaxed); }
+std::vector<Isa> usable_isas() {
+  std::vector<Isa> out;
+  for (int i = 0; i <= static_cast<int>(cpu_isa()); ++i) out.push_back(static_cast<Isa>(i));
+  return out;
+}
 
 }  // namespace pagellm::kernels

@@ -1,33 +1,38 @@
-// Run-time CPU feature dispatch for the kernels in this folder.
+// The instruction set the kernels run on, chosen once (docs/design.md, "Kernel table").
 //
-// Files named *_avx2.cc are compiled with -mavx2 -mfma -mf16c (CMakeLists.txt); everything else
-// targets baseline x86-64. A fast op enters an *_avx2.cc function only when use_avx2() is true.
-// The PAGELLM_NO_* variables count when set to anything but "" or "0".
+// Files named *_avx2.cc are compiled for AVX2/FMA/F16C, *_avx512.cc for AVX-512 F/BW/VL/DQ and
+// *_avx512vnni.cc for those plus VNNI (CMakeLists.txt); everything else targets baseline x86-64.
+// A kernel enters a file compiled for an ISA only when the Isa value it was given allows it:
+// nothing here is global state that changes after start-up, so a test can run every ISA the CPU
+// has, side by side, by passing each value explicitly.
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 namespace pagellm::kernels {
 
-// True when this CPU has AVX2, FMA and F16C (probed once).
-bool cpu_has_avx2();
+// Ordered: each level implies the ones below it.
+//   kScalar      baseline x86-64 (the scalar oracles, also the fallback)
+//   kAvx2        AVX2 + FMA + F16C
+//   kAvx512      also AVX-512 F/BW/VL/DQ (the float tiles need no more)
+//   kAvx512Vnni  also AVX-512 VNNI (the integer tiles of Q8_0/Q4_0)
+enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
 
-// cpu_has_avx2() unless SIMD was switched off with set_simd_enabled(false) (tests use this to
-// exercise the scalar fallbacks) or the environment variable PAGELLM_NO_AVX2 is set at start-up.
-bool use_avx2();
-void set_simd_enabled(bool enabled);
+const char* isa_name(Isa isa);
 
-// True when this CPU also has AVX-512 F/BW/VL/DQ and VNNI (probed once). use_avx512_vnni() adds
-// use_avx2() and the absence of PAGELLM_NO_AVX512 at start-up (or set_avx512_enabled(false)):
-// the quantized matmuls then take the bit-identical VNNI kernels (matmul_avx512.cc).
-bool cpu_has_avx512_vnni();
-bool use_avx512_vnni();
-void set_avx512_enabled(bool enabled);
+// The best Isa this CPU supports (probed once).
+Isa cpu_isa();
 
-// use_avx2() unless PAGELLM_NO_REPACK is set at start-up (or set_repack_enabled(false)): large
-// weights are then repacked at load (ops.h, repack_pays): Q8_0/Q4_0 for the block-sum kernels
-// (kernels_r16.h), F32/F16/BF16 for the sequential ones (matmul_seq_*.cc); AVX-512 or AVX2
-// tiles, the same bits. Off: quantized matmuls keep ggml's lane-wise arithmetic, float ones the
-// 16-lane "wide" arithmetic.
-bool use_repacking();
-void set_repack_enabled(bool enabled);
+// cpu_isa() limited by the environment, read once, at the first call: PAGELLM_NO_AVX512 (set to
+// anything but "" or "0") caps it at kAvx2, PAGELLM_NO_AVX2 at kScalar. What a model uses when
+// the caller does not choose (LlamaModel's constructor).
+Isa default_isa();
+
+// min(cpu, the caps of the two flags): the rule of default_isa(), as a pure function.
+Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512);
+
+// Every Isa from kScalar up to cpu_isa(), ascending: what a test may run here.
+std::vector<Isa> usable_isas();
 
 }  // namespace pagellm::kernels

@@ -1,6 +1,6 @@
 // Internal to src/kernels/cpu: the per-row building blocks shared by the ops, in two flavours.
-//   ref::   plain C++, the test oracles and the fallback on CPUs without AVX2.
-//   avx2::  defined only in *_avx2.cc; call only when use_avx2() (cpu_features.h) is true.
+//   ref::   plain C++, the test oracles and the fallback on CPUs without AVX2 (dot_ref.cc).
+//   avx2::  defined only in *_avx2.cc; call only with an Isa >= kAvx2 (cpu_features.h).
 // No intrinsic types appear here, so this header is safe for baseline translation units.
 //
 // Batch invariance: every function computes each output from its own inputs with a fixed
@@ -14,63 +14,33 @@
 namespace pagellm::kernels {
 
 namespace ref {
-// Dot products of one weight row with one activation row; n = number of elements.
-// Float rows accumulate in double (as ggml's scalar ggml_vec_dot_f32).
+// Attention's scalar q . k (paged_attention_ref, and attention without AVX2): avx2::dot_f32's
+// order emulated in scalar code (4 x 8 lanes over steps of 32, then steps of 8, the lanes summed
+// in simd::hsum8's order, then an FMA tail), so every ISA gives the same bits; n = elements.
 float dot_f32(const float* w, const float* x, int64_t n);
 float dot_f16(const uint16_t* w, const float* x, int64_t n);
-float dot_bf16(const uint16_t* w, const float* x, int64_t n);
-// Quantized rows against an activation row already quantized to q8_0 (nb = n / 32 blocks):
-// per block an exact integer sum isum, then sum += isum * (d_w * d_x) in float, blocks in order
-// (ggml_vec_dot_q8_0_q8_0 / ggml_vec_dot_q4_0_q8_0 generic).
-float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
-float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
-// "Wide" float arithmetic (matrices of >= 256 columns on AVX2 CPUs): 16 lanes, element i to lane
-// i % 16 (FMA, in order), then lanes l and l + 8 added, then avx2::hsum's order over 8 lanes.
-float dot_f32_wide(const float* w, const float* x, int64_t n);
-float dot_f16_wide(const uint16_t* w, const float* x, int64_t n);
-float dot_bf16_wide(const uint16_t* w, const float* x, int64_t n);
-// "Block sums", the arithmetic of repacked weights (WeightLayout::kRepacked16): per block the
-// exact int32 sum, then s = fma(float(isum), d_w * d_x, s), blocks in order from s = 0.
+// "Block sums", the arithmetic of Q8_0/Q4_0 weights against q8_0 activations (nb = n / 32
+// blocks): per block the exact int32 sum, then s = fma(float(isum), d_w * d_x, s), blocks in
+// order from s = 0.
 float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
 float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
-// "Sequential" float arithmetic, of F32/F16/BF16 weights repacked at load on AVX2 CPUs
-// (WeightLayout::kRepacked16): s = 0, then s = fma(w[i * w_stride], x[i], s) for i = 0 .. n - 1.
-// x is already rounded to the weight's type (round_activations); w_stride in elements (1 for a
-// GGUF row, 16 for a row of a repacked tile).
+// "Sequential" arithmetic of F32/F16/BF16 weights: s = 0, then s = fma(w[i * w_stride], x[i], s)
+// for i = 0 .. n - 1. x is already rounded to the weight's type (round_activations); w_stride in
+// elements (1 for a GGUF row, 16 for a row of a repacked tile).
 float dot_f32_seq(const float* w, int64_t w_stride, const float* x, int64_t n);
 float dot_f16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n);
 float dot_bf16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n);
 }  // namespace ref
 
 namespace avx2 {
-// Same contracts as ref::, float accumulation in 8-lane vectors (re-associated sums).
+// Attention's q . k on AVX2 (attention_avx2.cc): ggml's ggml_vec_dot_f32 order (4 x 8 lanes over
+// steps of 32, then steps of 8, hsum, scalar tail); ref::dot_f32 / dot_f16's bits.
 float dot_f32(const float* w, const float* x, int64_t n);
 float dot_f16(const uint16_t* w, const float* x, int64_t n);
-float dot_bf16(const uint16_t* w, const float* x, int64_t n);
-float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
-float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
-
-// Tiles of one weight row against m activation rows (1 <= m <= kMaxTileTokens); token k's row
-// starts at x + k * x_stride (elements; blocks for q8_0). out[k] is bit-identical to the
-// single-row function above applied to token k: each token runs the same instruction sequence,
-// only the weight loads are shared.
+// One row w against m rows (1 <= m <= kMaxTileTokens, row k at x + k * x_stride):
+// out[k] is bit-identical to dot_f32(w, row k), the loads of w shared.
 constexpr int kMaxTileTokens = 4;
 void dot_f32_tile(const float* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
-void dot_f16_tile(const uint16_t* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
-void dot_bf16_tile(const uint16_t* w, const float* x, int64_t x_stride, int64_t n, int m, float* out);
-void dot_q8_0_q8_0_tile(const BlockQ8_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nb, int m, float* out);
-void dot_q4_0_q8_0_tile(const BlockQ4_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nb, int m, float* out);
-
-// "Wide" arithmetic (ref::dot_*_wide) for F32/F16/BF16 matrices of >= avx512::kMinWideCols
-// columns in GGUF layout (not repacked) on AVX2 CPUs without AVX-512, bit-identical to the AVX-512 path (matmul_wide_avx2.cc).
-// pack_wide: as avx512::pack_wide (kernels_avx512.h) with tiles of kWideTileTokens tokens;
-// dot_wide_rows: as avx512::dot_wide_rows, on activations packed by this pack_wide.
-constexpr int kWideTileTokens = 3;
-constexpr int kWideSubRows = 16;
-constexpr int kWideBlockRows = 64;
-void pack_wide(GgmlType type, const float* x, int64_t num_tokens, int64_t n, float* out);
-void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows, const float* xp, int64_t n,
-                   int64_t num_tokens, float* y, int64_t y_stride);
 
 // "Sequential" arithmetic (ref::dot_*_seq) on repacked F32/F16/BF16 tiles (matmul_seq_avx2.cc).
 // pack_seq: x [num_tokens, n] f32 -> out [num_tokens * n]: token tiles of tile_tokens (the last
@@ -80,13 +50,14 @@ void dot_wide_rows(GgmlType type, const void* w, int64_t w_stride, int64_t rows,
 // y[t * y_stride + 16 * i + r] = ref::dot_*_seq(tile i row r, token t).
 constexpr int kSeqTileTokens = 6;
 void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, int tile_tokens, float* out);
-void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
-               int64_t y_stride);
+// (T: F32, F16 or BF16, instantiated in the .cc file)
+template <GgmlType T>
+void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y, int64_t y_stride);
 
-// As quantize_row_q8_0_activations (ops.h), bit-identical; n % 32 == 0.
+// As quantize_row_q8_0_activations (ops.h), bit-identical; n % 32 == 0 (quants_avx2.cc).
 void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y);
 
-// Attention helpers (q . k uses dot_f32 / dot_f16 above with w = k). v rows are f32 or f16.
+// Attention helpers. v rows are f32 or f16.
 // acc[i] += a * v[i], i in [0, n), one fused multiply-add per element.
 void axpy_f32(float a, const float* v, float* acc, int64_t n);
 void axpy_f16(float a, const uint16_t* v, float* acc, int64_t n);

@@ -37,8 +37,8 @@ struct XBlock {
 void prepare(GgmlType weight_type, const BlockQ8_0* xq, int64_t nb, XBlock* out);
 
 // One tile (16 rows of nb blocks) x m in [1, kMaxTileTokens] tokens; token k's blocks start at
-// x + k * x_stride. out[k * 16 + r] = row r . token k. *_avx512 only when use_avx512_vnni(),
-// *_avx2 only on CPUs with AVX2.
+// x + k * x_stride. out[k * 16 + r] = row r . token k. *_avx512 only with Isa::kAvx512Vnni,
+// *_avx2 only with an Isa >= kAvx2 (matmul_r16_avx512vnni.cc, matmul_r16_avx2.cc).
 constexpr int kMaxTileTokens = 8;
 void dot_q4_0_tile_avx512(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q8_0_tile_avx512(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);

@@ -14,6 +14,7 @@
 //         init (the +128 correction) is not used.
 #include <immintrin.h>
 
+#include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kernels_r16.h"
 
 namespace pagellm::kernels::r16 {
@@ -134,12 +135,7 @@ void dispatch(const void* tile, const XBlock* x, int64_t xs, int64_t nb, int m, 
     const XBlock* xk = x + k0 * xs;
     float* o = out + k0 * kRows;
     for (int h = 0; h < 2; ++h) {
-      switch (m - k0 >= 4 ? 4 : m - k0) {
-        case 1: half_m<kQ4, 1>(t, h, xk, xs, nb, o); break;
-        case 2: half_m<kQ4, 2>(t, h, xk, xs, nb, o); break;
-        case 3: half_m<kQ4, 3>(t, h, xk, xs, nb, o); break;
-        default: half_m<kQ4, 4>(t, h, xk, xs, nb, o); break;
-      }
+      with_m<4>(m - k0, [&](auto mc) { half_m<kQ4, mc.value>(t, h, xk, xs, nb, o); });
     }
   }
 }

@@ -23,7 +23,9 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace pagellm::kernels::avx2 {
 namespace {
@@ -33,28 +35,17 @@ constexpr int64_t kSeqBlockTiles = 4;
 constexpr int64_t kPrefetchBytes = 8192;
 constexpr int64_t kConvertTiles = 6;
 
-struct F32S {
-  using T = float;
-  static void load16(const float* p, __m256& a, __m256& b) {
-    a = _mm256_loadu_ps(p);
-    b = _mm256_loadu_ps(p + 8);
+// The 16 rows of one step as two ymm (L: simd_avx2.h).
+template <typename L>
+struct Seq : L {
+  static void load16(const typename L::T* p, __m256& a, __m256& b) {
+    a = L::load8(p);
+    b = L::load8(p + 8);
   }
 };
-struct F16S {
-  using T = uint16_t;
-  static void load16(const uint16_t* p, __m256& a, __m256& b) {
-    a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
-  }
-};
-struct BF16S {
-  using T = uint16_t;
-  static __m256 widen(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
-  static void load16(const uint16_t* p, __m256& a, __m256& b) {
-    a = widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    b = widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
-  }
-};
+using F32S = Seq<simd::F32Load>;
+using F16S = Seq<simd::F16Load>;
+using BF16S = Seq<simd::BF16Load>;
 
 // R consecutive tiles (tile i at w + i * tile_elems) x M tokens, steps [k0, k1). xp: the token
 // tile packed by pack_seq (element (k, t) at k * M + t). y: token t, row 16 i + r at
@@ -121,14 +112,9 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_e
 template <typename L, int R>
 void seq_kernel_m(int m, const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
                   int64_t ys, bool first, bool prefetch) {
-  switch (m) {
-    case 1: return seq_kernel<L, R, 1>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
-    case 2: return seq_kernel<L, R, 2>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
-    case 3: return seq_kernel<L, R, 3>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
-    case 4: return seq_kernel<L, R, 4>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
-    case 5: return seq_kernel<L, R, 5>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
-    default: return seq_kernel<L, R, 6>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
-  }
+  with_m<kSeqTileTokens>(m, [&](auto mc) {
+    seq_kernel<L, R, mc.value>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
+  });
 }
 
 template <typename L>
@@ -212,15 +198,13 @@ void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, int 
   }
 }
 
-void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
-               int64_t y_stride) {
-  switch (type) {
-    case GgmlType::F32: return seq_tiles_t<F32S>(static_cast<const float*>(w), tiles, xp, n, num_tokens, y, y_stride);
-    case GgmlType::F16: return seq_tiles_t<F16S>(static_cast<const uint16_t*>(w), tiles, xp, n, num_tokens, y, y_stride);
-    case GgmlType::BF16:
-      return seq_tiles_t<BF16S>(static_cast<const uint16_t*>(w), tiles, xp, n, num_tokens, y, y_stride);
-    default: break;
-  }
+template <GgmlType T>
+void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y, int64_t y_stride) {
+  using L = std::conditional_t<T == GgmlType::F32, F32S, std::conditional_t<T == GgmlType::F16, F16S, BF16S>>;
+  seq_tiles_t<L>(static_cast<const typename L::T*>(w), tiles, xp, n, num_tokens, y, y_stride);
 }
+template void seq_tiles<GgmlType::F32>(const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+template void seq_tiles<GgmlType::F16>(const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+template void seq_tiles<GgmlType::BF16>(const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
 
 }  // namespace pagellm::kernels::avx2

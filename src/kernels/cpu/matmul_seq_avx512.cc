@@ -5,9 +5,8 @@
 //
 // Register budget (32 zmm): 2 tiles x 12 tokens = 24 accumulators + 2 weights + 1 broadcast; per
 // step 2 weight loads, 12 broadcasts, 24 FMAs. Decode (one token) runs 8 tiles at once for 8
-// independent FMA chains. Entered only when use_avx512_vnni() (kernels_avx512.h).
+// independent FMA chains. Entered only with an Isa >= kAvx512 (kernels_avx512.h).
 // Compiled with -O3 (CMakeLists.txt): at -O2 GCC 12 keeps the accumulator arrays on the stack.
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 // (GCC 12 reports its own avx512fintrin.h helpers as maybe-uninitialized in the BF16 loads.)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -169,15 +168,13 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
 
 }  // namespace
 
-void seq_tiles(GgmlType type, const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
-               int64_t y_stride) {
-  switch (type) {
-    case GgmlType::F32: return seq_tiles_t<F32S>(static_cast<const float*>(w), tiles, xp, n, num_tokens, y, y_stride);
-    case GgmlType::F16: return seq_tiles_t<F16S>(static_cast<const uint16_t*>(w), tiles, xp, n, num_tokens, y, y_stride);
-    case GgmlType::BF16:
-      return seq_tiles_t<BF16S>(static_cast<const uint16_t*>(w), tiles, xp, n, num_tokens, y, y_stride);
-    default: break;
-  }
+template <GgmlType T>
+void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y, int64_t y_stride) {
+  using L = std::conditional_t<T == GgmlType::F32, F32S, std::conditional_t<T == GgmlType::F16, F16S, BF16S>>;
+  seq_tiles_t<L>(static_cast<const typename L::T*>(w), tiles, xp, n, num_tokens, y, y_stride);
 }
+template void seq_tiles<GgmlType::F32>(const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+template void seq_tiles<GgmlType::F16>(const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+template void seq_tiles<GgmlType::BF16>(const void*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
 
 }  // namespace pagellm::kernels::avx512

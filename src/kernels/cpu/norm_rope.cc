@@ -41,11 +41,11 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 }
 
 void rms_norm_q8_0(const float* x, const float* weight, int64_t num_tokens, int64_t n, float eps, float* out,
-                   BlockQ8_0* out_q8) {
+                   BlockQ8_0* out_q8, Isa isa) {
   PAGELLM_CHECK(n % kQK8_0 == 0, "rms_norm_q8_0: n " + std::to_string(n));
   for (int64_t t = 0; t < num_tokens; ++t) {
     rms_norm(x + t * n, weight, n, eps, out + t * n);
-    quantize_activations_q8_0(out + t * n, 1, n, out_q8 + t * (n / kQK8_0));
+    quantize_activations_q8_0(out + t * n, 1, n, out_q8 + t * (n / kQK8_0), isa);
   }
 }
 

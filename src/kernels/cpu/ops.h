@@ -1,6 +1,7 @@
 // CPU kernels used by the model forward pass. Every op has a plain scalar reference (`*_ref`,
-// the test oracle) and a dispatching fast version (AVX2/FMA/F16C when the CPU has them, chosen at
-// run time). Model code calls only the functions in this header.
+// the test oracle) and a fast version that runs on the Isa (cpu_features.h) it is given: a
+// WeightView's or KvLayerView's `isa`, chosen once when the model is loaded. Model code calls
+// only the functions in this header.
 //
 // Batch invariance (docs/design.md): the result for one token never depends on how many other
 // tokens are in the call, on their values, or on the thread count. Reductions run in a fixed order
@@ -11,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace pagellm::kernels {
 
@@ -21,6 +23,8 @@ namespace pagellm::kernels {
 // Q8_0/Q4_0 block by block for the block-sum kernels (kernels_r16.h), F32/F16/BF16 element by
 // element (element (r, k) of a tile at k * 16 + r) for the sequential kernels
 // (matmul_seq_avx2.cc); only matmul reads it.
+// isa: the kernels matmul runs this weight on (chosen with the layout, at load); any value up to
+// cpu_isa() gives the same bits.
 enum class WeightLayout : uint8_t { kGguf, kRepacked16 };
 struct WeightView {
   GgmlType type = GgmlType::F32;
@@ -28,21 +32,22 @@ struct WeightView {
   int64_t cols = 0;
   const void* data = nullptr;
   WeightLayout layout = WeightLayout::kGguf;
+  Isa isa = default_isa();
   int64_t row_bytes() const { return row_size_bytes(type, cols); }
 };
 
 // ---- weight repacking (load time) ---------------------------------------------------------
-// True when matmul is faster on repack_weight(w) on this CPU: Q8_0/Q4_0/F32/F16/BF16 in GGUF
-// layout with at least 16 rows and 256 columns, and use_repacking() (AVX2; not PAGELLM_NO_REPACK).
-// Repacked Q8_0/Q4_0 weights are computed with exact per-block integer sums ("block sums",
-// kernels_r16.h), not ggml's lane-wise float sums; repacked float weights with one sequential FMA
-// chain per output (ref::dot_*_seq), not 16 lanes: the results differ from the GGUF layout's in
-// the last bits, are batch invariant, and are the same on AVX2 and AVX-512 CPUs.
+// True when matmul runs repack_weight(w) on tiles: a type of the kernel table (Q8_0/Q4_0/F32/
+// F16/BF16) in GGUF layout with at least 16 rows, and w.isa >= kAvx2. The bits are the same
+// either way (one arithmetic per weight family, kernel_traits.h): repacking is only for speed.
 bool repack_pays(const WeightView& w);
 // Writes w's rows in WeightLayout::kRepacked16 into out (w.rows * w.row_bytes() bytes, any
 // alignment, not overlapping w) and returns the view of out. Precondition (PAGELLM_CHECK, aborts):
 // w is Q8_0/Q4_0/F32/F16/BF16 in GGUF layout. pool may be nullptr.
 WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool);
+// Row r of w (either layout) as f32: out [w.cols] (an embedding lookup; dequantize_row of the
+// row's GGUF bytes). Aborts (PAGELLM_CHECK) when r is out of range.
+void get_row(const WeightView& w, int64_t r, float* out);
 
 // ---- dequantization (block formulas of ggml-common.h) -------------------------------------
 // q4_0: x[j] = d * ((qs[j] & 0xF) - 8), x[j+16] = d * ((qs[j] >> 4) - 8), j in [0,16).
@@ -56,30 +61,37 @@ void quantize_row_q4_0(const float* x, int64_t n, void* out);
 // (id = 127 / amax, round half to even), so that Q8_0/Q4_0 logits track llama.cpp's on x86.
 // It differs from quantize_row_q8_0 (weights: id = 1 / d, round half away from zero) in the last
 // bit of a few quants.
+// The activation type a weight type multiplies (the kernel table's vec_dot_type): F32 for
+// F32/F16/BF16 (rounded to the weight's type inside matmul), Q8_0 for Q8_0/Q4_0. Throws
+// (PAGELLM_CHECK, aborts) for a type matmul does not support.
+GgmlType vec_dot_type(GgmlType weight_type);
 void quantize_row_q8_0_activations(const float* x, int64_t n, void* out);
 // x: [num_tokens, cols] f32 (cols % 32 == 0) -> out: [num_tokens, cols / 32] q8_0 blocks, each row
 // quantized by quantize_row_q8_0_activations (vectorised on AVX2 / AVX-512 CPUs, the same bits):
-// what matmul does to x for Q8_0 / Q4_0 weights. For an x that feeds several quantized matmuls
-// (q, k, v; gate, up): quantize once, pass the blocks to each matmul as `xq`.
-void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols, BlockQ8_0* out);
+// what matmul does to x for weights whose vec_dot_type is Q8_0. For an x that feeds several
+// quantized matmuls (q, k, v; gate, up): quantize once, pass the blocks to each matmul as `xq`.
+// isa: the vectorised version to use (the same bits on every one).
+void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols, BlockQ8_0* out, Isa isa);
 
 // ---- matmul ------------------------------------------------------------------------------
 // y[t, r] = sum_c w[r, c] * x[t, c].
 //   x: [num_tokens, w.cols] f32, row-major.   y: [num_tokens, w.rows] f32, row-major.
-// pool may be nullptr (single-threaded).
-// Numerics: F32/F16/BF16 weights multiply the f32 activations as given (ggml instead rounds x to
-// f16/bf16 for those weights); Q8_0/Q4_0 weights multiply x quantized to q8_0 by
-// quantize_row_q8_0_activations (as ggml's vec_dot_type), integer sums per block. matmul_ref
-// computes the same products; it differs from matmul only by float re-association.
+// pool may be nullptr (single-threaded). Aborts (PAGELLM_CHECK) for an unsupported type, a bad
+// shape, or repacked weights whose isa this CPU lacks.
+// Numerics (kernel_traits.h): F32/F16/BF16 weights multiply x rounded to the weight's type
+// (round_activations, ggml's vec_dot_type for those types) with one sequential FMA chain per
+// output; Q8_0/Q4_0 weights multiply x quantized to q8_0 by quantize_row_q8_0_activations (as
+// ggml's vec_dot_type), an exact integer sum per block, blocks chained by FMA. matmul_ref is the
+// scalar oracle of the same arithmetic: matmul gives its bits, on every ISA and layout.
 // xq: optional, [num_tokens, w.cols / 32] blocks equal to quantize_activations_q8_0(x) (from
-// rms_norm_q8_0, or shared by several matmuls); used only by Q8_0 / Q4_0 weights, which then skip
-// quantizing x. The result is the same bits either way.
+// rms_norm_q8_0, or shared by several matmuls); used only when vec_dot_type(w.type) is Q8_0,
+// which then skips quantizing x. The result is the same bits either way.
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool,
             const BlockQ8_0* xq = nullptr);
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y);
 // F16 / BF16 weights multiply activations rounded to the weight's type (ggml's vec_dot_type for
 // those types), accumulating in f32: out[i] = float(half(x[i])) or float(bf16(x[i])), i in [0, n).
-// This keeps logits on F16 files equal to llama.cpp's (tests/model/golden_test.cc).
+// This keeps logits on F16 files close to llama.cpp's (tests/model/golden_test.cc).
 void round_activations(GgmlType type, const float* x, int64_t n, float* out);
 
 // ---- element-wise / row ops --------------------------------------------------------------
@@ -91,7 +103,7 @@ void rms_norm_ref(const float* x, const float* weight, int64_t n, float eps, flo
 // L1, out_q8_row = its q8_0 blocks (quantize_activations_q8_0). out: [num_tokens, n] f32 (not
 // aliasing x); out_q8: [num_tokens, n / 32]; n % 32 == 0. The same bits as the two ops apart.
 void rms_norm_q8_0(const float* x, const float* weight, int64_t num_tokens, int64_t n, float eps, float* out,
-                   BlockQ8_0* out_q8);
+                   BlockQ8_0* out_q8, Isa isa);
 
 // RoPE as ggml applies it to llama tensors (GGML_ROPE_TYPE_NORM, adjacent pairs), in place.
 //   x: [num_heads, head_dim] for one token at position `pos`.
@@ -121,6 +133,7 @@ struct KvLayerView {
   int64_t block_size = 16;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
+  Isa isa = default_isa();  // the kernels paged_attention / write_kv run on
 };
 
 // Writes k, v ([num_tokens, num_kv_heads * head_dim] f32) into the slots slot_mapping[num_tokens].

@@ -1,86 +1,33 @@
-// Repacking of Q8_0 / Q4_0 weight rows into WeightLayout::kRepacked16 (layout: kernels_r16.h), and
-// the activation blocks its tiles read (r16::prepare); of F32 / F16 / BF16 rows into 16-row tiles
-// with element (r, k) at k * 16 + r (the "sequential" arithmetic, matmul_seq_avx2.cc).
+// Repacking of weight rows into WeightLayout::kRepacked16 through the kernel table's repack_tile
+// (kernel_traits.h), and the activation blocks the Q8_0 / Q4_0 tiles read (r16::prepare).
 // Plain byte moves: baseline code, no intrinsics.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernels_r16.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/kernel_traits.h"
 
 namespace pagellm::kernels {
-namespace {
-
-// One tile of 16 GGUF rows (stride rb bytes) -> kRepacked16 layout (kernels_r16.h).
-void repack_tile(GgmlType type, const uint8_t* src, int64_t rb, int64_t nb, uint8_t* dst) {
-  const bool q4 = type == GgmlType::Q4_0;
-  const int64_t bs = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
-  const int vectors = q4 ? 4 : 8;
-  for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* g = dst + b * r16::kRows * bs;
-    uint8_t* q = g + 2 * r16::kRows;
-    for (int r = 0; r < r16::kRows; ++r) {
-      const uint8_t* blk = src + r * rb + b * bs;
-      std::memcpy(g + 2 * r, blk, 2);  // d (f16)
-      const uint8_t* qs = blk + 2;
-      for (int v = 0; v < vectors; ++v) {
-        for (int j = 0; j < 4; ++j) {
-          const uint8_t byte = qs[4 * v + j];
-          q[64 * v + 4 * r + j] = q4 ? byte : static_cast<uint8_t>(byte ^ 0x80);  // Q8_0: w + 128
-        }
-      }
-    }
-  }
-}
-
-// One tile of 16 GGUF rows (stride rb bytes) of E-sized elements -> element (r, k) at k * 16 + r.
-template <typename E>
-void repack_float_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
-  E* out = reinterpret_cast<E*>(dst);  // (byte buffers: E is uint16_t or uint32_t, copied by value)
-  for (int r = 0; r < r16::kRows; ++r) {
-    const uint8_t* row = src + r * rb;
-    for (int64_t k = 0; k < cols; ++k) {
-      E v;
-      std::memcpy(&v, row + k * static_cast<int64_t>(sizeof(E)), sizeof(E));
-      std::memcpy(out + k * r16::kRows + r, &v, sizeof(E));
-    }
-  }
-}
-
-bool is_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
-
-// Narrower matrices keep ggml's arithmetic: their matmuls cost little either way, and the small
-// models that have them (stories260K: 64 columns) are the ones with llama.cpp golden data.
-constexpr int64_t kMinRepackCols = 256;
-
-}  // namespace
 
 bool repack_pays(const WeightView& w) {
-  const bool quantized = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0;
-  return (quantized || is_float(w.type)) && w.layout == WeightLayout::kGguf && use_repacking() &&
-         w.rows >= r16::kRows && w.cols >= kMinRepackCols;
+  return kernel_traits(w.type) != nullptr && w.layout == WeightLayout::kGguf && w.isa >= Isa::kAvx2 &&
+         w.rows >= kTileRows;
 }
 
 WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
-  PAGELLM_CHECK(w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || is_float(w.type),
-                "repack_weight: " + type_name(w.type) + " has no repacked layout");
+  const KernelTraits* tt = kernel_traits(w.type);
+  PAGELLM_CHECK(tt != nullptr, "repack_weight: " + type_name(w.type) + " has no repacked layout");
   PAGELLM_CHECK(w.layout == WeightLayout::kGguf, "repack_weight: already repacked");
-  PAGELLM_CHECK((is_float(w.type) || w.cols % kQK8_0 == 0) && w.rows >= 0, "repack_weight: bad shape");
-  const int64_t rb = w.row_bytes(), nb = w.cols / kQK8_0;
+  PAGELLM_CHECK(w.cols % tt->block_size == 0 && w.rows >= 0, "repack_weight: bad shape");
+  const int64_t rb = w.row_bytes();
   const auto* src = static_cast<const uint8_t*>(w.data);
   auto* dst = static_cast<uint8_t*>(out);
-  const int64_t tiles = w.rows / r16::kRows, tile_bytes = r16::kRows * rb;
+  const int64_t tiles = w.rows / kTileRows, tile_bytes = kTileRows * rb;
   auto run = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      if (is_float(w.type)) {
-        (w.type == GgmlType::F32 ? repack_float_tile<uint32_t> : repack_float_tile<uint16_t>)(
-            src + t * tile_bytes, rb, w.cols, dst + t * tile_bytes);
-      } else {
-        repack_tile(w.type, src + t * tile_bytes, rb, nb, dst + t * tile_bytes);
-      }
-    }
+    for (int64_t t = t0; t < t1; ++t) tt->repack_tile(src + t * tile_bytes, rb, w.cols, dst + t * tile_bytes);
   };
   if (pool != nullptr) {
     pool->parallel_for(tiles, run);
@@ -88,11 +35,25 @@ WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
     run(0, tiles);
   }
   // Rows after the last full tile keep the GGUF layout.
-  std::memcpy(dst + tiles * tile_bytes, src + tiles * tile_bytes, static_cast<size_t>((w.rows - tiles * r16::kRows) * rb));
+  std::memcpy(dst + tiles * tile_bytes, src + tiles * tile_bytes, static_cast<size_t>((w.rows - tiles * kTileRows) * rb));
   WeightView v = w;
   v.data = out;
   v.layout = WeightLayout::kRepacked16;
   return v;
+}
+
+void get_row(const WeightView& w, int64_t r, float* out) {
+  PAGELLM_CHECK(r >= 0 && r < w.rows, "get_row: row " + std::to_string(r) + " of " + std::to_string(w.rows));
+  const int64_t rb = w.row_bytes();
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  if (w.layout == WeightLayout::kGguf || r >= w.rows / kTileRows * kTileRows) {
+    return dequantize_row(w.type, base + r * rb, w.cols, out);
+  }
+  thread_local std::vector<uint8_t> row;
+  row.resize(static_cast<size_t>(rb));
+  kernel_traits(w.type)->unpack_row(base + r / kTileRows * kTileRows * rb, static_cast<int>(r % kTileRows), w.cols,
+                                  row.data());
+  dequantize_row(w.type, row.data(), w.cols, out);
 }
 
 namespace r16 {

@@ -1,15 +1,15 @@
 // AVX-512 VNNI matmul tiles on repacked Q8_0 / Q4_0 weights (layout and arithmetic:
-// kernels_r16.h, WeightLayout::kRepacked16). Entered only on CPUs with AVX-512 VNNI.
+// kernels_r16.h, WeightLayout::kRepacked16). Entered only with Isa::kAvx512Vnni.
 //
 // One zmm lane per weight row: VPDPBUSD multiplies 4 unsigned weight bytes of 16 rows by 4
 // broadcast activation bytes, so 8 instructions make the exact int32 block sums of 16 rows for
 // one token, and the float work (convert, scale, FMA) is one instruction each per 16 rows,
-// against 16 x 4 for ggml's lane-wise arithmetic (matmul_avx512.cc).
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+// against 16 x 4 for ggml's lane-wise arithmetic.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kernels_r16.h"
 
 namespace pagellm::kernels::r16 {
@@ -75,17 +75,7 @@ void r16_tile(const uint8_t* tile, const XBlock* x, int64_t xs, int64_t nb, floa
 template <bool kQ4>
 void dispatch(const void* tile, const XBlock* x, int64_t xs, int64_t nb, int m, float* out) {
   const auto* t = static_cast<const uint8_t*>(tile);
-  switch (m) {
-    case 1: return r16_tile<kQ4, 1>(t, x, xs, nb, out);
-    case 2: return r16_tile<kQ4, 2>(t, x, xs, nb, out);
-    case 3: return r16_tile<kQ4, 3>(t, x, xs, nb, out);
-    case 4: return r16_tile<kQ4, 4>(t, x, xs, nb, out);
-    case 5: return r16_tile<kQ4, 5>(t, x, xs, nb, out);
-    case 6: return r16_tile<kQ4, 6>(t, x, xs, nb, out);
-    case 7: return r16_tile<kQ4, 7>(t, x, xs, nb, out);
-    case 8: return r16_tile<kQ4, 8>(t, x, xs, nb, out);
-  }
-  __builtin_unreachable();
+  with_m<kMaxTileTokens>(m, [&](auto mc) { r16_tile<kQ4, mc.value>(t, x, xs, nb, out); });
 }
 
 }  // namespace

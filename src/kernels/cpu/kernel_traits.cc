@@ -1,0 +1,208 @@
+// The kernel table (kernel_traits.h): one row per weight type.
+#include "kernels/cpu/kernel_traits.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/kernels_avx512.h"
+#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/kernels_r16.h"
+#include "kernels/cpu/ops.h"
+
+namespace pagellm::kernels {
+namespace {
+
+// ---- F32 / F16 / BF16: the sequential chain ---------------------------------------------------
+int64_t f32_row_bytes(int64_t cols) { return cols * 4; }
+
+template <GgmlType T>
+void round_row(Isa, const float* x, int64_t cols, void* out) {
+  round_activations(T, x, cols, static_cast<float*>(out));
+}
+
+template <GgmlType T>
+float seq_dot(const void* w, const void* xa, int64_t cols) {
+  const auto* x = static_cast<const float*>(xa);
+  if constexpr (T == GgmlType::F32) return ref::dot_f32_seq(static_cast<const float*>(w), 1, x, cols);
+  if constexpr (T == GgmlType::F16) return ref::dot_f16_seq(static_cast<const uint16_t*>(w), 1, x, cols);
+  return ref::dot_bf16_seq(static_cast<const uint16_t*>(w), 1, x, cols);
+}
+
+int64_t seq_prepared_bytes(int64_t num_tokens, int64_t cols) { return num_tokens * cols * 4; }
+
+// Token tiles of kTokens, rounded to T while packed (avx2::pack_seq serves both ISAs).
+template <GgmlType T, int kTokens>
+void seq_prepare(const float* x, const void*, int64_t num_tokens, int64_t cols, void* out) {
+  avx2::pack_seq(T, x, num_tokens, cols, kTokens, static_cast<float*>(out));
+}
+
+template <GgmlType T>
+void seq_tiles_avx2(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y,
+                    int64_t ys) {
+  avx2::seq_tiles<T>(w, tiles, static_cast<const float*>(xp), cols, num_tokens, y, ys);
+}
+template <GgmlType T>
+void seq_tiles_avx512(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y,
+                      int64_t ys) {
+  avx512::seq_tiles<T>(w, tiles, static_cast<const float*>(xp), cols, num_tokens, y, ys);
+}
+
+template <GgmlType T>
+void seq_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
+  constexpr size_t kElem = T == GgmlType::F32 ? 4 : 2;
+  for (int r = 0; r < kTileRows; ++r) {
+    const uint8_t* row = src + r * rb;
+    for (int64_t k = 0; k < cols; ++k) std::memcpy(dst + (k * kTileRows + r) * kElem, row + k * kElem, kElem);
+  }
+}
+
+template <GgmlType T>
+void seq_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row) {
+  constexpr size_t kElem = T == GgmlType::F32 ? 4 : 2;
+  for (int64_t k = 0; k < cols; ++k) std::memcpy(row + k * kElem, tile + (k * kTileRows + r) * kElem, kElem);
+}
+
+template <GgmlType T, int64_t kBytes>
+constexpr KernelTraits float_row() {
+  KernelTraits t;
+  t.type = T;
+  t.block_size = 1;
+  t.block_bytes = kBytes;
+  t.vec_dot_type = GgmlType::F32;
+  t.from_float = round_row<T>;
+  t.vec_dot_row_bytes = f32_row_bytes;
+  t.vec_dot = seq_dot<T>;
+  t.repack_tile = seq_repack_tile<T>;
+  t.unpack_row = seq_unpack_row<T>;
+  t.avx512_needs = Isa::kAvx512;
+  t.avx2 = {seq_prepared_bytes, seq_prepare<T, avx2::kSeqTileTokens>, seq_tiles_avx2<T>};
+  t.avx512 = {seq_prepared_bytes, seq_prepare<T, avx512::kSeqTileTokens>, seq_tiles_avx512<T>};
+  return t;
+}
+
+// ---- Q8_0 / Q4_0: block sums over q8_0 activations ---------------------------------------------
+int64_t q8_row_bytes(int64_t cols) { return cols / kQK8_0 * static_cast<int64_t>(sizeof(BlockQ8_0)); }
+
+void q8_from_float(Isa isa, const float* x, int64_t cols, void* out) {
+  quantize_activations_q8_0(x, 1, cols, static_cast<BlockQ8_0*>(out), isa);
+}
+
+template <GgmlType T>
+float blocksum_dot(const void* w, const void* xa, int64_t cols) {
+  const auto* x = static_cast<const BlockQ8_0*>(xa);
+  if constexpr (T == GgmlType::Q8_0) return ref::dot_q8_0_q8_0_blocksum(static_cast<const BlockQ8_0*>(w), x, cols / kQK8_0);
+  return ref::dot_q4_0_q8_0_blocksum(static_cast<const BlockQ4_0*>(w), x, cols / kQK8_0);
+}
+
+int64_t r16_prepared_bytes(int64_t num_tokens, int64_t cols) {
+  return num_tokens * (cols / kQK8_0) * static_cast<int64_t>(sizeof(r16::XBlock));
+}
+
+template <GgmlType T>
+void r16_prepare(const float*, const void* xa, int64_t num_tokens, int64_t cols, void* out) {
+  const int64_t nb = cols / kQK8_0;
+  const auto* xq = static_cast<const BlockQ8_0*>(xa);
+  auto* xb = static_cast<r16::XBlock*>(out);
+  for (int64_t t = 0; t < num_tokens; ++t) r16::prepare(T, xq + t * nb, nb, xb + t * nb);
+}
+
+using R16Tile = void (*)(const void* tile, const r16::XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
+
+// Every tile x token tiles of up to r16::kMaxTileTokens (the tile's weights stay in cache).
+template <GgmlType T, R16Tile kDot>
+void r16_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y, int64_t ys) {
+  const int64_t nb = cols / kQK8_0, tile_bytes = kTileRows * row_size_bytes(T, cols);
+  const auto* xb = static_cast<const r16::XBlock*>(xp);
+  float out[kTileRows * r16::kMaxTileTokens];
+  for (int64_t i = 0; i < tiles; ++i) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w) + i * tile_bytes;
+    for (int64_t t0 = 0; t0 < num_tokens; t0 += r16::kMaxTileTokens) {
+      const int m = static_cast<int>(std::min<int64_t>(r16::kMaxTileTokens, num_tokens - t0));
+      kDot(tile, xb + t0 * nb, nb, nb, m, out);
+      for (int k = 0; k < m; ++k) {
+        std::memcpy(y + (t0 + k) * ys + i * kTileRows, out + k * kTileRows, kTileRows * sizeof(float));
+      }
+    }
+  }
+}
+
+// One tile of 16 GGUF rows -> kRepacked16 (kernels_r16.h): per block the 16 scales, then the
+// quants in 4-byte lanes, one lane per row (Q8_0 stored as w + 128, unsigned).
+template <GgmlType T>
+void r16_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
+  constexpr bool kQ4 = T == GgmlType::Q4_0;
+  constexpr int64_t kBs = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  constexpr int kVectors = kQ4 ? 4 : 8;
+  for (int64_t b = 0; b < cols / kQK8_0; ++b) {
+    uint8_t* g = dst + b * kTileRows * kBs;
+    uint8_t* q = g + 2 * kTileRows;
+    for (int r = 0; r < kTileRows; ++r) {
+      const uint8_t* blk = src + r * rb + b * kBs;
+      std::memcpy(g + 2 * r, blk, 2);  // d (f16)
+      for (int v = 0; v < kVectors; ++v) {
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t byte = blk[2 + 4 * v + j];
+          q[64 * v + 4 * r + j] = kQ4 ? byte : static_cast<uint8_t>(byte ^ 0x80);
+        }
+      }
+    }
+  }
+}
+
+template <GgmlType T>
+void r16_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row) {
+  constexpr bool kQ4 = T == GgmlType::Q4_0;
+  constexpr int64_t kBs = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  constexpr int kVectors = kQ4 ? 4 : 8;
+  for (int64_t b = 0; b < cols / kQK8_0; ++b) {
+    const uint8_t* g = tile + b * kTileRows * kBs;
+    const uint8_t* q = g + 2 * kTileRows;
+    uint8_t* blk = row + b * kBs;
+    std::memcpy(blk, g + 2 * r, 2);
+    for (int v = 0; v < kVectors; ++v) {
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t byte = q[64 * v + 4 * r + j];
+        blk[2 + 4 * v + j] = kQ4 ? byte : static_cast<uint8_t>(byte ^ 0x80);
+      }
+    }
+  }
+}
+
+template <GgmlType T, R16Tile kAvx2, R16Tile kAvx512>
+constexpr KernelTraits quant_row() {
+  KernelTraits t;
+  t.type = T;
+  t.block_size = 32;
+  t.block_bytes = T == GgmlType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  t.vec_dot_type = GgmlType::Q8_0;
+  t.from_float = q8_from_float;
+  t.vec_dot_row_bytes = q8_row_bytes;
+  t.vec_dot = blocksum_dot<T>;
+  t.repack_tile = r16_repack_tile<T>;
+  t.unpack_row = r16_unpack_row<T>;
+  t.avx512_needs = Isa::kAvx512Vnni;
+  t.avx2 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx2>};
+  t.avx512 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx512>};
+  return t;
+}
+
+const KernelTraits kF32 = float_row<GgmlType::F32, 4>();
+const KernelTraits kF16 = float_row<GgmlType::F16, 2>();
+const KernelTraits kBF16 = float_row<GgmlType::BF16, 2>();
+const KernelTraits kQ8_0 = quant_row<GgmlType::Q8_0, r16::dot_q8_0_tile_avx2, r16::dot_q8_0_tile_avx512>();
+const KernelTraits kQ4_0 = quant_row<GgmlType::Q4_0, r16::dot_q4_0_tile_avx2, r16::dot_q4_0_tile_avx512>();
+
+}  // namespace
+
+const KernelTraits* kernel_traits(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: return &kF32;
+    case GgmlType::F16: return &kF16;
+    case GgmlType::BF16: return &kBF16;
+    case GgmlType::Q8_0: return &kQ8_0;
+    case GgmlType::Q4_0: return &kQ4_0;
+    default: return nullptr;
+  }
+}
+
+}  // namespace pagellm::kernels

@@ -1,0 +1,68 @@
+// Internal to src/kernels/cpu: the per-type kernel table (the role of ggml's type_traits /
+// type_traits_cpu, written here). One row per weight type; matmul (matmul.cc) and repack.cc read
+// the row and know nothing else about the type. No intrinsic types appear here.
+//
+// One arithmetic per weight family, on every CPU (docs/design.md, "Kernel table"):
+//   F32/F16/BF16  "sequential": x rounded to the weight's type, then one FMA chain per output,
+//                 s = fma(w[k], x[k], s) for k = 0 .. cols - 1 from s = 0 (ref::dot_*_seq).
+//   Q8_0/Q4_0     "block sums": x quantized to q8_0 (ggml's x86 activation quantizer), per block
+//                 the exact int32 sum, s = fma(float(isum), d_w * d_x, s), blocks in order
+//                 (ref::dot_*_blocksum).
+// The scalar `vec_dot` is the oracle (matmul_ref) and the fallback (no AVX2, rows after the last
+// 16-row tile); the tiles of every ISA give the same bits as the oracle.
+//
+// Adding a weight type: a block struct (core/dtype.h), scalar dequant / quant / vec_dot, a
+// repack_tile, one tile decoder per ISA, and one row in kernel_traits.cc.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace pagellm::kernels {
+
+// Rows per tile of WeightLayout::kRepacked16.
+constexpr int64_t kTileRows = 16;
+
+// The tiles of one ISA for one weight type.
+struct IsaKernels {
+  // Bytes of prepared activations for num_tokens tokens of cols elements.
+  int64_t (*prepared_bytes)(int64_t num_tokens, int64_t cols) = nullptr;
+  // x: [num_tokens, cols] f32; xa: the same rows in vec_dot_type (as from_float wrote them) ->
+  // out (prepared_bytes, 64-byte aligned): what `tiles` reads.
+  void (*prepare)(const float* x, const void* xa, int64_t num_tokens, int64_t cols, void* out) = nullptr;
+  // `tiles` consecutive 16-row tiles of repacked weights from w (cols columns) x every token:
+  // y[t * y_stride + 16 i + r] = vec_dot(row 16 i + r, token t), bit for bit.
+  void (*tiles)(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y,
+                int64_t y_stride) = nullptr;
+};
+
+struct KernelTraits {
+  GgmlType type = GgmlType::F32;
+  int64_t block_size = 1;   // elements per block
+  int64_t block_bytes = 4;  // bytes per block
+  // The activation type the weights multiply: F32 (x rounded to the weight's type) or Q8_0.
+  GgmlType vec_dot_type = GgmlType::F32;
+  // One activation row: x [cols] f32 -> out, cols elements of vec_dot_type (f32 or q8_0 blocks).
+  // isa picks a vectorised version with the same bits.
+  void (*from_float)(Isa isa, const float* x, int64_t cols, void* out) = nullptr;
+  int64_t (*vec_dot_row_bytes)(int64_t cols) = nullptr;
+  // The scalar oracle: one weight row in GGUF layout . one activation row in vec_dot_type.
+  float (*vec_dot)(const void* w, const void* xa, int64_t cols) = nullptr;
+  // One tile of 16 GGUF rows (stride row_bytes) -> WeightLayout::kRepacked16 (16 * row_bytes).
+  void (*repack_tile)(const uint8_t* src, int64_t row_bytes, int64_t cols, uint8_t* dst) = nullptr;
+  // Its inverse for one row: row r in [0, 16) of a repacked tile -> its GGUF bytes (row_bytes).
+  void (*unpack_row)(const uint8_t* tile, int r, int64_t cols, uint8_t* row) = nullptr;
+  // The AVX-512 tiles need this level (kAvx512 for floats, kAvx512Vnni for the integer tiles).
+  Isa avx512_needs = Isa::kAvx512;
+  IsaKernels avx2, avx512;
+
+  // The tiles for isa (>= kAvx2).
+  const IsaKernels& tiles_for(Isa isa) const { return isa >= avx512_needs ? avx512 : avx2; }
+};
+
+// The row of `type`, or nullptr when matmul does not support it.
+const KernelTraits* kernel_traits(GgmlType type);
+
+}  // namespace pagellm::kernels

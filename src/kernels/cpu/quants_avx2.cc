@@ -1,0 +1,37 @@
+// The q8_0 activation quantizer on AVX2 (compiled with -mavx2 -mfma -mf16c; entered only when the
+// caller's isa >= kAvx2).
+#include <immintrin.h>
+
+#include "kernels/cpu/kernels_impl.h"
+
+namespace pagellm::kernels::avx2 {
+
+// As quantize_row_q8_0_activations (bit-identical): amax over the block, id = 127 / amax, and
+// round half to even (cvtps2dq in the default MXCSR mode, as std::nearbyint); |x * id| <= 127,
+// so the saturating packs to int8 change nothing.
+void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    const float* xb = x + b * kQK8_0;
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+    const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                   _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    y[b].d = fp32_to_fp16(amax / 127.0f);
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
+    // packs work per 128-bit lane: 0 1 | 2 3 -> int16 (0a 1a 0b 1b), then int8 (0a 1a 2a 3a 0b 1b 2b 3b)
+    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i p = _mm256_packs_epi16(p01, p23);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), _mm256_permutevar8x32_epi32(p, order));
+  }
+}
+
+}  // namespace pagellm::kernels::avx2

@@ -1,0 +1,42 @@
+// Internal to src/kernels/cpu: the AVX2/FMA/F16C helpers shared by the *_avx2.cc and *_avx512*.cc
+// files (include only from those: the intrinsics need their -m flags, CMakeLists.txt).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagellm::kernels::simd {
+
+// Sum of the 8 lanes in a fixed order: (lo4 + hi4), then (0 + 2, 1 + 3), then their sum.
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Loads of weight elements as f32 (exact), one struct per element type:
+// load8(p) = elements p[0 .. 8) in a ymm, scalar(p) = p[0].
+struct F32Load {
+  using T = float;
+  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static float scalar(const float* p) { return *p; }
+};
+struct F16Load {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static float scalar(const uint16_t* p) { return _cvtsh_ss(*p); }
+};
+struct BF16Load {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float scalar(const uint16_t* p) { return bf16_to_fp32(*p); }
+};
+
+}  // namespace pagellm::kernels::simd
