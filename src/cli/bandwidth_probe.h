@@ -1,5 +1,6 @@
 // Memory read-bandwidth probe: every thread sums its own contiguous part of a large f32 buffer
-// (first-touched by that thread) with AVX2; best of `reps` repetitions. GB = 1e9 bytes.
+// (first-touched by that thread) with kernels::stream_sum (AVX2 where the CPU has it, else
+// scalar); best of `reps` repetitions. GB = 1e9 bytes.
 // The method of the anchors in ../shared/testdata/perf/perf_anchors.json, plus the kernels' 8 KiB
 // software prefetch (so the probe is at least what decode can stream).
 #pragma once

@@ -67,6 +67,9 @@ void pv_accumulate_f32(const float* v, const int64_t* off, int64_t n, const floa
 void pv_accumulate_f16(const uint16_t* v, const int64_t* off, int64_t n, const float* a, int64_t hd, float* out);
 // out[i] = half(x[i]), round to nearest even (bit-identical to fp32_to_fp16).
 void convert_f32_to_f16(const float* x, uint16_t* out, int64_t n);
+
+// stream_sum (ops.h) on AVX2 (stream_avx2.cc).
+float stream_sum(const float* p, int64_t n);
 }  // namespace avx2
 
 }  // namespace pagellm::kernels

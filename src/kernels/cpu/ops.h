@@ -121,6 +121,11 @@ void silu_mul_ref(const float* gate, const float* up, int64_t n, float* out);
 void softmax(float* x, int64_t n);
 void softmax_ref(float* x, int64_t n);
 
+// Sum of p[0, n) read once, as fast as memory streams (the read-bandwidth probe of bench
+// latency): AVX2 with 8 KiB software prefetch when isa >= kAvx2, else a plain loop. The value
+// only keeps the reads alive (its order of additions depends on isa).
+float stream_sum(const float* p, int64_t n, Isa isa);
+
 // ---- paged attention ---------------------------------------------------------------------
 // One layer of the paged KV cache. Token slot s (= block_id * block_size + offset) holds
 //   k: [num_kv_heads, head_dim] at k + s * num_kv_heads * head_dim (elements of `dtype`), same for v.
