@@ -27,8 +27,7 @@ const std::map<std::string, ModelShape>& shapes() {
       {"llama-3.2-1b", {2048, 8192, 16, 32, 8, 8192, 500000.0f, 1e-5f, true}},
       {"llama-2-7b", {4096, 11008, 32, 32, 32, 4096, 10000.0f, 1e-5f, false}},
       {"tiny-gqa", {64, 96, 2, 4, 2, 512, 10000.0f, 1e-5f, false}},
-      // >= 256 columns (rows of 10 and 17 blocks): on AVX-512 VNNI CPUs its q8_0/q4_0 weights are
-      // repacked and its f32/f16/bf16 ones take the wide kernels.
+      // >= 256 columns (rows of 10 and 17 blocks): awkward block counts for the repacked tiles.
       {"tiny-gqa-wide", {320, 544, 2, 4, 2, 512, 10000.0f, 1e-5f, false}},
       {"tiny-odd", {64, 80, 1, 4, 4, 512, 10000.0f, 1e-5f, false}},
   };
