@@ -64,8 +64,9 @@ void BM_Matmul(benchmark::State& state) {
   }
   std::vector<float> x(num_tokens * kCols, 0.5f), y(num_tokens * kRows);
   std::unique_ptr<ThreadPool> pool = num_threads > 1 ? std::make_unique<ThreadPool>(num_threads) : nullptr;
+  Workspace ws;
   for (auto _ : state) {
-    matmul(view, x.data(), num_tokens, y.data(), pool.get());
+    matmul(view, x.data(), num_tokens, y.data(), pool.get(), ws);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

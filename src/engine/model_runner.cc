@@ -80,7 +80,7 @@ const ModelRunnerOutput& ModelRunner::execute(std::span<const ScheduledSeq> seqs
     output_.num_rows.push_back(s.num_logits_rows);
     rows += s.num_logits_rows;
   }
-  model_->forward(build_forward_batch(seqs, kv_cache_.block_size()), kv_cache_, output_.logits);
+  model_->forward(build_forward_batch(seqs, kv_cache_.block_size()), kv_cache_, workspace_, output_.logits);
   return output_;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/workspace.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_manager.h"
 #include "model/forward_batch.h"
@@ -91,6 +92,7 @@ class ModelRunner {
   std::unique_ptr<LlamaModel> owned_model_;
   LlamaModel* model_;
   KvCache kv_cache_;
+  kernels::Workspace workspace_;  // the kernels' scratch, passed down through LlamaModel::forward
   ModelRunnerOutput output_;
   std::vector<std::vector<int32_t>> chunks_;  // scratch: new token ids per scheduled request
   std::vector<ScheduledSeq> seqs_;            // scratch

@@ -129,18 +129,20 @@ const BlockQ8_0* LlamaModel::norm_for(std::initializer_list<const kc::WeightView
   return quantized ? xq_.data() : nullptr;
 }
 
-void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBatch& b, KvCache& kv_cache) {
+void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBatch& b, KvCache& kv_cache,
+                                 kc::Workspace& ws) {
   const LlamaConfig& c = config_;
   const int64_t n = b.num_tokens();
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
   const BlockQ8_0* xq = norm_for({&l.wq, &l.wk, &l.wv}, l.attn_norm, nullptr, n);
-  kc::matmul(l.wq, xn_.data(), n, q_.data(), pool_, xq);
-  kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_, xq);
-  kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_, xq);
+  kc::matmul(l.wq, xn_.data(), n, q_.data(), pool_, ws, xq);
+  kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_, ws, xq);
+  kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_, ws, xq);
   for (int64_t t = 0; t < n; ++t) {
-    kc::rope(&q_[t * q_dim], c.num_attention_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_theta);
-    kc::rope(&k_[t * kv_dim], c.num_key_value_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_theta);
+    const float* cs = &rope_cos_sin_[t * c.rope_dim];
+    kc::rope(&q_[t * q_dim], c.num_attention_heads, c.head_dim, c.rope_dim, cs);
+    kc::rope(&k_[t * kv_dim], c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
   }
   kc::KvLayerView view = kv_cache.layer(layer);
   view.isa = isa_;
@@ -152,25 +154,25 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
   ab.num_seqs = b.num_seqs();
   ab.max_blocks_per_seq = b.max_blocks_per_seq;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  kc::paged_attention(q_.data(), view, ab, c.num_attention_heads, scale, attn_.data(), pool_);
-  kc::matmul(l.wo, attn_.data(), n, out_.data(), pool_);
+  kc::paged_attention(q_.data(), view, ab, c.num_attention_heads, scale, attn_.data(), pool_, ws);
+  kc::matmul(l.wo, attn_.data(), n, out_.data(), pool_, ws);
   for (int64_t i = 0; i < n * c.hidden_size; ++i) x_[i] += out_[i];
 }
 
-void LlamaModel::mlp_block(const Layer& l, int64_t n) {
+void LlamaModel::mlp_block(const Layer& l, int64_t n, kc::Workspace& ws) {
   const LlamaConfig& c = config_;
   const BlockQ8_0* xq = norm_for({&l.w_gate, &l.w_up}, l.ffn_norm, nullptr, n);
-  kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_, xq);
-  kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_, xq);
+  kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_, ws, xq);
+  kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_, ws, xq);
   for (int64_t t = 0; t < n; ++t) {
     float* g = &gate_[t * c.intermediate_size];
     kc::silu_mul(g, &up_[t * c.intermediate_size], c.intermediate_size, g);
   }
-  kc::matmul(l.w_down, gate_.data(), n, out_.data(), pool_);
+  kc::matmul(l.w_down, gate_.data(), n, out_.data(), pool_, ws);
   for (int64_t i = 0; i < n * c.hidden_size; ++i) x_[i] += out_[i];
 }
 
-void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, std::vector<float>& logits) {
+void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, kc::Workspace& ws, std::vector<float>& logits) {
   check_batch(b, kv_cache);
   const LlamaConfig& c = config_;
   const int64_t n = b.num_tokens();
@@ -183,17 +185,19 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, std::vector<f
   v_.resize(k_.size());
   gate_.resize(n * c.intermediate_size);
   up_.resize(gate_.size());
+  rope_cos_sin_.resize(n * c.rope_dim);  // one table per position, for q and k of every layer
+  for (int64_t t = 0; t < n; ++t) kc::rope_cos_sin(c.rope_dim, b.positions[t], c.rope_theta, &rope_cos_sin_[t * c.rope_dim]);
 
-  for (int64_t t = 0; t < n; ++t) kc::get_row(token_embd_, b.token_ids[t], &x_[t * c.hidden_size]);
+  for (int64_t t = 0; t < n; ++t) kc::get_row(token_embd_, b.token_ids[t], &x_[t * c.hidden_size], ws);
   for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {
-    attention_block(layers_[i], i, b, kv_cache);
-    mlp_block(layers_[i], n);
+    attention_block(layers_[i], i, b, kv_cache, ws);
+    mlp_block(layers_[i], n, ws);
   }
   // Final norm only for the rows whose logits are wanted.
   const int64_t num_logits = static_cast<int64_t>(b.logits_indices.size());
   const BlockQ8_0* xq = norm_for({&output_}, output_norm_, b.logits_indices.data(), num_logits);
   logits.resize(num_logits * c.vocab_size);
-  kc::matmul(output_, xn_.data(), num_logits, logits.data(), pool_, xq);
+  kc::matmul(output_, xn_.data(), num_logits, logits.data(), pool_, ws, xq);
 }
 
 }  // namespace pagellm

@@ -44,10 +44,11 @@ class LlamaModel {
 
   // One forward pass over a flat batch (see ForwardBatch). Writes every token's K/V into
   // kv_cache at batch.slot_mapping, then attends through batch.block_tables.
+  //   workspace: the kernels' scratch (the caller's, one per model; ModelRunner owns it).
   //   logits: [batch.logits_indices.size(), vocab_size] f32, resized.
   // Preconditions (checked): token ids in [0, vocab), positions < max_position_embeddings, slots
   // inside the cache. The caller guarantees earlier positions of each sequence are already cached.
-  void forward(const ForwardBatch& batch, KvCache& kv_cache, std::vector<float>& logits);
+  void forward(const ForwardBatch& batch, KvCache& kv_cache, kernels::Workspace& workspace, std::vector<float>& logits);
 
  private:
   struct Layer {
@@ -61,8 +62,9 @@ class LlamaModel {
                            bool for_matmul = true);
   const float* bind_norm(const GgufFile& f, const std::string& name);
   void check_batch(const ForwardBatch& batch, const KvCache& kv_cache) const;
-  void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache);
-  void mlp_block(const Layer& l, int64_t num_tokens);
+  void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache,
+                       kernels::Workspace& ws);
+  void mlp_block(const Layer& l, int64_t num_tokens, kernels::Workspace& ws);
   // xn_ = rms_norm(rows of x_) for the matrices in `ws`; when one of them is Q8_0 / Q4_0, also
   // xq_ = those rows quantized to q8_0 in the same pass (kernels::rms_norm_q8_0), shared by
   // them. Returns xq_.data(), or nullptr when none is quantized. rows: num_rows row indices of
@@ -82,6 +84,7 @@ class LlamaModel {
 
   // Scratch, resized per call: [num_tokens, *] f32.
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_;
+  std::vector<float> rope_cos_sin_;  // [num_tokens, rope_dim]: kernels::rope_cos_sin per position
   std::vector<BlockQ8_0> xq_;  // [num_tokens, hidden / 32]: xn_ quantized (norm_for)
 };
 

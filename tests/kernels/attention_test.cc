@@ -128,6 +128,7 @@ class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
 // a convex combination of |v| <= 1 values summed in float over up to 50 keys. 1e-5 absolute covers
 // (hd + keys) eps with margin for hd <= 128 and <= 50 keys.
 TEST_P(AttentionTest, RefMatchesDenseAndFastMatchesRef) {
+  Workspace ws;
   const AttnCase c = GetParam();
   Rng rng(static_cast<uint32_t>(c.head_dim * 31 + c.num_heads));
   // seq 0: prefill of 17 tokens; seq 1: chunk of 3 tokens after 20 cached; seq 2: one decode token
@@ -139,9 +140,9 @@ TEST_P(AttentionTest, RefMatchesDenseAndFastMatchesRef) {
   const size_t n_out = q.size();
   std::vector<float> ref(n_out), fast(n_out), fast_mt(n_out);
   paged_attention_ref(q.data(), f.kv, b.view(f), c.num_heads, scale, ref.data());
-  paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, fast.data(), nullptr);
+  paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, fast.data(), nullptr, ws);
   ThreadPool pool(3);
-  paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, fast_mt.data(), &pool);
+  paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, fast_mt.data(), &pool, ws);
   EXPECT_EQ(std::memcmp(fast.data(), fast_mt.data(), n_out * 4), 0) << "thread count changed bits";
   const std::vector<double> dense = dense_attention(f, b, q.data(), c.num_heads, scale);
   for (size_t i = 0; i < n_out; ++i) {
@@ -153,13 +154,14 @@ TEST_P(AttentionTest, RefMatchesDenseAndFastMatchesRef) {
     KvLayerView kv = f.kv;  // the scalar fallback == reference
     kv.isa = Isa::kScalar;
     std::vector<float> scalar(n_out);
-    paged_attention(q.data(), kv, b.view(f), c.num_heads, scale, scalar.data(), &pool);
+    paged_attention(q.data(), kv, b.view(f), c.num_heads, scale, scalar.data(), &pool, ws);
     EXPECT_EQ(std::memcmp(scalar.data(), ref.data(), n_out * 4), 0);
   }
 }
 
 // Token (seq 2, position 30) gives the same bits alone, inside a mixed batch, and with 1-3 threads.
 TEST_P(AttentionTest, BatchAndThreadInvariance) {
+  Workspace ws;
   const AttnCase c = GetParam();
   Rng rng(77);
   Fixture f(c.dtype, c.num_kv_heads, c.head_dim, c.block_size, {9, 40, 31}, rng);
@@ -169,7 +171,7 @@ TEST_P(AttentionTest, BatchAndThreadInvariance) {
 
   Batch solo = make_batch(f, {9, 40, 30});  // only seq 2's last token
   std::vector<float> out_solo(per_token);
-  paged_attention(probe.data(), f.kv, solo.view(f), c.num_heads, scale, out_solo.data(), nullptr);
+  paged_attention(probe.data(), f.kv, solo.view(f), c.num_heads, scale, out_solo.data(), nullptr, ws);
 
   ThreadPool pool2(2), pool3(3);
   for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
@@ -180,7 +182,7 @@ TEST_P(AttentionTest, BatchAndThreadInvariance) {
       ASSERT_EQ(b.positions[at], 30);
       std::memcpy(q.data() + at * per_token, probe.data(), per_token * 4);
       std::vector<float> out(q.size());
-      paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, out.data(), pool);
+      paged_attention(q.data(), f.kv, b.view(f), c.num_heads, scale, out.data(), pool, ws);
       ASSERT_EQ(std::memcmp(out.data() + at * per_token, out_solo.data(), per_token * 4), 0)
           << "batch of " << b.num_tokens();
     }
@@ -204,6 +206,7 @@ INSTANTIATE_TEST_SUITE_P(
 // positions 63, 64, 127, 128, ... and a partial last tile) and a 130-key chunk, against dense
 // double attention; the token at position 250 gets the same bits alone and inside the batch.
 TEST(Attention, LongContextAcrossKeyTilesMatchesDenseAndIsBatchInvariant) {
+  Workspace ws;
   for (GgmlType dtype : {GgmlType::F32, GgmlType::F16}) {
     SCOPED_TRACE(type_name(dtype));
     Rng rng(23);
@@ -217,7 +220,7 @@ TEST(Attention, LongContextAcrossKeyTilesMatchesDenseAndIsBatchInvariant) {
     std::vector<float> ref(q.size()), fast(q.size());
     ThreadPool pool(2);
     paged_attention_ref(q.data(), f.kv, b.view(f), num_heads, scale, ref.data());
-    paged_attention(q.data(), f.kv, b.view(f), num_heads, scale, fast.data(), &pool);
+    paged_attention(q.data(), f.kv, b.view(f), num_heads, scale, fast.data(), &pool, ws);
     const std::vector<double> dense = dense_attention(f, b, q.data(), num_heads, scale);
     for (size_t i = 0; i < q.size(); ++i) {
       ASSERT_NEAR(ref[i], dense[i], 2e-5) << i;
@@ -225,7 +228,7 @@ TEST(Attention, LongContextAcrossKeyTilesMatchesDenseAndIsBatchInvariant) {
     }
     const Batch solo = make_batch(f, {250, 130});  // only (seq 0, positions 250..299)
     std::vector<float> out_solo(solo.num_tokens() * per_token);
-    paged_attention(q.data() + 250 * per_token, f.kv, solo.view(f), num_heads, scale, out_solo.data(), nullptr);
+    paged_attention(q.data() + 250 * per_token, f.kv, solo.view(f), num_heads, scale, out_solo.data(), nullptr, ws);
     ASSERT_EQ(std::memcmp(out_solo.data(), fast.data() + 250 * per_token, per_token * 4), 0);
   }
 }
@@ -234,6 +237,7 @@ TEST(Attention, LongContextAcrossKeyTilesMatchesDenseAndIsBatchInvariant) {
 // the output equals the one-head-at-a-time AVX2 path bit for bit: odd and even group sizes,
 // head sizes with tails, sequences whose blocks are not contiguous (runs of 4 keys broken).
 TEST(Attention, HeadPairsEqualOneHeadAtATime) {
+  Workspace ws;
   if (cpu_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512: heads are always scored one at a time";
   Rng rng(11);
   for (int64_t group : {1, 2, 3, 8}) {
@@ -246,9 +250,9 @@ TEST(Attention, HeadPairsEqualOneHeadAtATime) {
       ThreadPool pool(2);
       KvLayerView kv = f.kv;
       kv.isa = Isa::kAvx512;
-      paged_attention(q.data(), kv, b.view(f), num_heads, 0.125f, paired.data(), &pool);
+      paged_attention(q.data(), kv, b.view(f), num_heads, 0.125f, paired.data(), &pool, ws);
       kv.isa = Isa::kAvx2;
-      paged_attention(q.data(), kv, b.view(f), num_heads, 0.125f, single.data(), &pool);
+      paged_attention(q.data(), kv, b.view(f), num_heads, 0.125f, single.data(), &pool, ws);
       ASSERT_EQ(std::memcmp(paired.data(), single.data(), q.size() * 4), 0) << "group " << group << " hd " << hd;
     }
   }

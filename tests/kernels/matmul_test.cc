@@ -70,6 +70,7 @@ TEST_P(MatmulTest, EveryIsaAndLayoutGivesTheOracleBits) {
   const GgmlType type = GetParam();
   Rng rng(1234);
   ThreadPool pool(2);
+  Workspace ws;  // one for the whole test: what earlier shapes left in it must not matter
   std::vector<int64_t> col_sizes = {32, 64, 96, 2080};
   if (!is_quant(type)) col_sizes.insert(col_sizes.end(), {7, 33, 100, 172});
   for (int64_t cols : col_sizes) {
@@ -86,7 +87,7 @@ TEST_P(MatmulTest, EveryIsaAndLayoutGivesTheOracleBits) {
             for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
               std::vector<uint8_t> buf;
               std::fill(y.begin(), y.end(), -1.0f);
-              matmul(on(w, isa, repack, buf), x.data(), num_tokens, y.data(), p);
+              matmul(on(w, isa, repack, buf), x.data(), num_tokens, y.data(), p, ws);
               ASSERT_EQ(std::memcmp(y.data(), y_ref.data(), y.size() * 4), 0)
                   << isa_name(isa) << (repack ? " repacked" : " gguf") << (p ? " 2 threads" : " 1 thread");
             }
@@ -128,17 +129,18 @@ TEST_P(MatmulTest, BatchAndThreadInvariance) {
     const WeightView w = on(tw, cpu_isa(), true, buf);
     const std::vector<float> probe = rng.vec(cols);
     std::vector<float> solo(rows);
-    matmul(w, probe.data(), 1, solo.data(), nullptr);
+    Workspace ws;
+    matmul(w, probe.data(), 1, solo.data(), nullptr, ws);
     for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
       std::vector<float> again(rows);
-      matmul(w, probe.data(), 1, again.data(), pool);
+      matmul(w, probe.data(), 1, again.data(), pool, ws);
       ASSERT_EQ(std::memcmp(again.data(), solo.data(), rows * 4), 0);
       for (int64_t batch : {3, 8, 17, 40}) {
         for (int64_t at = 0; at < batch; at += (batch >= 17 ? 5 : 1)) {
           std::vector<float> x = rng.vec(batch * cols, -2.0f, 2.0f);
           std::memcpy(x.data() + at * cols, probe.data(), cols * 4);
           std::vector<float> y(batch * rows);
-          matmul(w, x.data(), batch, y.data(), pool);
+          matmul(w, x.data(), batch, y.data(), pool, ws);
           ASSERT_EQ(std::memcmp(y.data() + at * rows, solo.data(), rows * 4), 0)
               << name_of(type) << " cols " << cols << " batch " << batch << " at " << at;
         }
@@ -158,8 +160,9 @@ TEST_P(MatmulTest, GetRowReadsEitherLayout) {
   const WeightView packed = on(tw, Isa::kAvx2, true, buf);
   ASSERT_EQ(packed.layout, WeightLayout::kRepacked16);
   std::vector<float> got(64);
+  Workspace ws;
   for (int64_t r = 0; r < tw.rows; ++r) {
-    get_row(packed, r, got.data());
+    get_row(packed, r, got.data(), ws);
     ASSERT_EQ(std::memcmp(got.data(), tw.dequant.data() + r * 64, 64 * 4), 0) << "row " << r;
   }
 }
@@ -192,7 +195,8 @@ TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
   std::vector<float> x(64, 1.0f), y(4);
   EXPECT_DEATH(matmul_ref(packed, x.data(), 1, y.data()), "GGUF layout");
   packed.isa = Isa::kScalar;
-  EXPECT_DEATH(matmul(packed, x.data(), 1, y.data(), nullptr), "ISA with AVX2");
+  Workspace ws;
+  EXPECT_DEATH(matmul(packed, x.data(), 1, y.data(), nullptr, ws), "ISA with AVX2");
 }
 
 // The kernel table names the activation type of each weight type (the model asks it).

@@ -43,6 +43,7 @@ TEST(RmsNorm, MatchesFormulaAndFastIsBitIdentical) {
 TEST(RmsNormQ8_0, EqualsNormThenQuantizeAndFeedsMatmulTheSameBits) {
   Rng rng(15);
   ThreadPool pool(2);
+  Workspace ws;
   for (int64_t n : {32, 96, 2048}) {
     for (int64_t tokens : {1, 3, 17}) {
       SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(tokens));
@@ -64,14 +65,14 @@ TEST(RmsNormQ8_0, EqualsNormThenQuantizeAndFeedsMatmulTheSameBits) {
             if (repack && !repack_pays(gguf)) continue;
             const WeightView v = repack ? repack_weight(gguf, packed.data(), &pool) : gguf;
             std::vector<float> y0(tokens * 48), y1(tokens * 48);
-            matmul(v, xn.data(), tokens, y0.data(), &pool);
-            matmul(v, xn.data(), tokens, y1.data(), &pool, got.data());
+            matmul(v, xn.data(), tokens, y0.data(), &pool, ws);
+            matmul(v, xn.data(), tokens, y1.data(), &pool, ws, got.data());
             ASSERT_EQ(std::memcmp(y0.data(), y1.data(), y0.size() * 4), 0)
                 << type_name(type) << (repack ? " repacked " : " ") << isa_name(isa);
             // And the blocks are what the quantized matmuls read (all-zero blocks: y = 0), while
             // float weights ignore them.
             const std::vector<BlockQ8_0> zero(got.size(), BlockQ8_0{});
-            matmul(v, xn.data(), tokens, y1.data(), &pool, zero.data());
+            matmul(v, xn.data(), tokens, y1.data(), &pool, ws, zero.data());
             for (size_t i = 0; i < y1.size(); ++i) {
               ASSERT_EQ(y1[i], type == GgmlType::F16 ? y0[i] : 0.0f) << type_name(type) << " " << i;
             }
@@ -90,7 +91,9 @@ TEST(Rope, MatchesGgmlThetaRecurrenceAndFastIsBitIdentical) {
     const std::vector<float> x = rng.vec(c.heads * c.head_dim);
     std::vector<float> ref = x, fast = x;
     rope_ref(ref.data(), c.heads, c.head_dim, c.n_dims, c.pos, c.base);
-    rope(fast.data(), c.heads, c.head_dim, c.n_dims, c.pos, c.base);
+    std::vector<float> cos_sin(c.n_dims);
+    rope_cos_sin(c.n_dims, c.pos, c.base, cos_sin.data());
+    rope(fast.data(), c.heads, c.head_dim, c.n_dims, cos_sin.data());
     ASSERT_EQ(std::memcmp(ref.data(), fast.data(), ref.size() * 4), 0);
     const float theta_scale = std::pow(c.base, -2.0f / static_cast<float>(c.n_dims));
     for (int64_t h = 0; h < c.heads; ++h) {

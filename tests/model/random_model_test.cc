@@ -360,6 +360,7 @@ TEST_F(RandomModelTest, GreedyDecodeStaysFinite) {
     std::vector<int32_t> tokens = {1, 450, 4996, 17354, 1701, 29916, 432, 17204};
     const int64_t vocab = model.config().vocab_size;
     std::vector<float> logits;
+    kernels::Workspace ws;
     for (int step = 0; step < 8; ++step) {
       const int64_t start = step == 0 ? 0 : static_cast<int64_t>(tokens.size()) - 1;
       ForwardBatch fb;
@@ -372,7 +373,7 @@ TEST_F(RandomModelTest, GreedyDecodeStaysFinite) {
       fb.block_tables = {0, 1};
       fb.max_blocks_per_seq = 2;
       fb.logits_indices = {fb.num_tokens() - 1};
-      model.forward(fb, kv, logits);
+      model.forward(fb, kv, ws, logits);
       ASSERT_EQ(static_cast<int64_t>(logits.size()), vocab);
       double sum = 0, sum_sq = 0;
       for (float v : logits) {

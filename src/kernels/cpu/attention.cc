@@ -19,7 +19,6 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/kernels_avx512.h"
@@ -61,8 +60,8 @@ int64_t slot_of(const KvLayerView& kv, const int32_t* table, int64_t j) {
 // offsets[j]: element offset of key j's slot (slot * num_kv_heads * head_dim), shared by every
 // head of the token. scores[j - j0] = (q . k_j) * scale for j in [j0, n).
 template <bool kSimd>
-void qk_scores(const KvLayerView& kv, const Problem& p, float scale, const std::vector<int64_t>& offsets,
-               int64_t j0, int64_t n, float* scores) {
+void qk_scores(const KvLayerView& kv, const Problem& p, float scale, const int64_t* offsets, int64_t j0, int64_t n,
+               float* scores) {
   const int64_t hd = kv.head_dim;
   const bool f16 = kv.dtype == GgmlType::F16;
   const auto* k32 = static_cast<const float*>(kv.k) + p.kvh * hd;
@@ -91,7 +90,7 @@ void qk_scores(const KvLayerView& kv, const Problem& p, float scale, const std::
 // 4 keys in consecutive slots x the 2 queries (avx512::qk_f32_pair_tile), each dot product
 // bit-identical to avx2::dot_f32(k, q), so to qk_scores<true>.
 void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, int64_t j0, int64_t n, float scale,
-                           const std::vector<int64_t>& offsets, float* s0, float* s1) {
+                           const int64_t* offsets, float* s0, float* s1) {
   const int64_t hd = kv.head_dim, row = kv.num_kv_heads * hd;
   const auto* k32 = static_cast<const float*>(kv.k) + kvh * hd;
   for (int64_t j = j0; j < n;) {
@@ -162,30 +161,43 @@ void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
   for (int64_t i = 0; i < hd; ++i) p.out[i] *= inv;
 }
 
-// Sequence index of every token, with the shape checks of the batch.
-std::vector<int32_t> seq_of_tokens(const KvLayerView& kv, const AttentionBatch& b, int64_t* num_tokens) {
+// The shape checks of the batch; returns the number of tokens and sets *max_keys to the longest
+// key range (position + 1) of any token.
+int64_t check_batch(const KvLayerView& kv, const AttentionBatch& b, int64_t* max_keys) {
   PAGELLM_CHECK(b.num_seqs >= 0 && b.query_start_loc[0] == 0, "query_start_loc[0] must be 0");
-  *num_tokens = b.query_start_loc[b.num_seqs];
-  std::vector<int32_t> seq(static_cast<size_t>(*num_tokens));
+  *max_keys = 0;
   for (int64_t s = 0; s < b.num_seqs; ++s) {
     PAGELLM_CHECK(b.query_start_loc[s] <= b.query_start_loc[s + 1], "query_start_loc not ascending at " + std::to_string(s));
     for (int64_t t = b.query_start_loc[s]; t < b.query_start_loc[s + 1]; ++t) {
       PAGELLM_CHECK(b.positions[t] >= 0 && b.positions[t] < b.max_blocks_per_seq * kv.block_size,
                     "position " + std::to_string(b.positions[t]) + " of token " + std::to_string(t));
-      seq[t] = static_cast<int32_t>(s);
+      *max_keys = std::max(*max_keys, b.positions[t] + 1);
     }
   }
-  return seq;
+  return b.query_start_loc[b.num_seqs];
 }
+
+constexpr int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
 template <bool kSimd>
 void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch& b, int64_t num_heads, float scale,
-                    float* out, ThreadPool* pool) {
+                    float* out, ThreadPool* pool, Workspace& ws) {
   check_kv(kv);
   PAGELLM_CHECK(num_heads > 0 && num_heads % kv.num_kv_heads == 0,
                 "num_heads " + std::to_string(num_heads) + " num_kv_heads " + std::to_string(kv.num_kv_heads));
-  int64_t num_tokens = 0;
-  const std::vector<int32_t> seq = seq_of_tokens(kv, b, &num_tokens);
+  int64_t max_keys = 0;
+  const int64_t num_tokens = check_batch(kv, b, &max_keys);
+  // Scratch in ws: seq [num_tokens] (sequence of each token), then per thread tmp [head_dim] f32
+  // and offsets [max_keys] (key offsets of the thread's current token).
+  const int max_threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t seq_bytes = round64(num_tokens * int64_t{sizeof(int32_t)});
+  const int64_t tmp_bytes = round64(kv.head_dim * int64_t{sizeof(float)});
+  const int64_t thread_bytes = tmp_bytes + round64(max_keys * int64_t{sizeof(int64_t)});
+  auto* scratch = static_cast<uint8_t*>(ws.get(Workspace::kAttention, seq_bytes + max_threads * thread_bytes));
+  auto* seq = reinterpret_cast<int32_t*>(scratch);
+  for (int64_t s = 0; s < b.num_seqs; ++s) {
+    for (int64_t t = b.query_start_loc[s]; t < b.query_start_loc[s + 1]; ++t) seq[t] = static_cast<int32_t>(s);
+  }
   const int64_t group = num_heads / kv.num_kv_heads;
   const int64_t hd = kv.head_dim;
   const int64_t row = kv.num_kv_heads * hd;  // elements per slot
@@ -196,14 +208,14 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && kv.isa >= Isa::kAvx512;
   auto work = [&](int thread, int num_threads) {
     float scores[2 * kKeyTile];  // one tile of scores for each of two heads
-    std::vector<float> tmp(static_cast<size_t>(hd));
-    std::vector<int64_t> offsets;
+    uint8_t* mine = scratch + seq_bytes + thread * thread_bytes;
+    auto* tmp = reinterpret_cast<float*>(mine);
+    auto* offsets = reinterpret_cast<int64_t*>(mine + tmp_bytes);
     int64_t offsets_token = -1;
     for (int64_t u = thread; u < num_units; u += num_threads) {
       const int64_t t = u / kv.num_kv_heads, g = u % kv.num_kv_heads;
       const int32_t* table = b.block_tables + seq[t] * b.max_blocks_per_seq;
       if (offsets_token != t) {
-        offsets.resize(static_cast<size_t>(b.positions[t] + 1));
         for (int64_t j = 0; j <= b.positions[t]; ++j) offsets[j] = slot_of(kv, table, j) * row;
         offsets_token = t;
       }
@@ -216,8 +228,8 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
           for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
             const int64_t j1 = std::min(n, j0 + kKeyTile);
             qk_scores_pair_avx512(kv, p.q, g, j0, j1, scale, offsets, scores, scores + kKeyTile);
-            online_tile<kSimd>(kv, p, offsets.data(), j0, j1, scores, st0, tmp.data());
-            online_tile<kSimd>(kv, p1, offsets.data(), j0, j1, scores + kKeyTile, st1, tmp.data());
+            online_tile<kSimd>(kv, p, offsets, j0, j1, scores, st0, tmp);
+            online_tile<kSimd>(kv, p1, offsets, j0, j1, scores + kKeyTile, st1, tmp);
           }
           online_finish(p, hd, st0);
           online_finish(p1, hd, st1);
@@ -227,7 +239,7 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
           for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
             const int64_t j1 = std::min(n, j0 + kKeyTile);
             qk_scores<kSimd>(kv, p, scale, offsets, j0, j1, scores);
-            online_tile<kSimd>(kv, p, offsets.data(), j0, j1, scores, st, tmp.data());
+            online_tile<kSimd>(kv, p, offsets, j0, j1, scores, st, tmp);
           }
           online_finish(p, hd, st);
           h += 1;
@@ -272,17 +284,18 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
 }
 
 void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads, float scale,
-                     float* out, ThreadPool* pool) {
+                     float* out, ThreadPool* pool, Workspace& ws) {
   if (kv.isa >= Isa::kAvx2) {
-    attention_impl<true>(q, kv, batch, num_heads, scale, out, pool);
+    attention_impl<true>(q, kv, batch, num_heads, scale, out, pool, ws);
   } else {
-    attention_impl<false>(q, kv, batch, num_heads, scale, out, pool);
+    attention_impl<false>(q, kv, batch, num_heads, scale, out, pool, ws);
   }
 }
 
 void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
                          float scale, float* out) {
-  attention_impl<false>(q, kv, batch, num_heads, scale, out, nullptr);
+  Workspace ws;  // the oracle's own: tests only
+  attention_impl<false>(q, kv, batch, num_heads, scale, out, nullptr, ws);
 }
 
 }  // namespace pagellm::kernels

@@ -34,13 +34,6 @@ int64_t dynamic_grain(int64_t units, const ThreadPool* pool) {
   return std::max<int64_t>(1, units / (8 * pool->num_threads()));
 }
 
-// 64-byte aligned scratch of at least `bytes` in v.
-void* aligned(std::vector<uint8_t>& v, int64_t bytes) {
-  v.resize(static_cast<size_t>(bytes + 64));
-  const auto p = reinterpret_cast<uintptr_t>(v.data());
-  return v.data() + (64 - p % 64) % 64;
-}
-
 // Rows [r0, r1) of w in GGUF layout x every token, on the oracle. xa: [num_tokens] activation
 // rows in vec_dot_type, xa_rb bytes apart.
 void oracle_rows(const KernelTraits& tt, const WeightView& w, int64_t r0, int64_t r1, const uint8_t* xa, int64_t xa_rb,
@@ -81,7 +74,7 @@ void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols,
   }
 }
 
-void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool,
+void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool, Workspace& ws,
             const BlockQ8_0* xq_given) {
   const KernelTraits* ttp = kernel_traits(w.type);
   PAGELLM_CHECK(ttp != nullptr, "matmul: unsupported weight type " + type_name(w.type));
@@ -97,14 +90,13 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const bool oracle = tiles * kTileRows < rows;  // some rows run on vec_dot
 
   // Activations in vec_dot_type: what the oracle rows read, and the integer tiles' input.
-  // (workers see the caller's buffers through the pointers below, not their own thread_locals)
-  thread_local std::vector<uint8_t> xa_buf, xp_buf;
+  // (in the caller's workspace; the workers see it through the pointers below)
   const int64_t xa_rb = tt.vec_dot_row_bytes(cols);
   const uint8_t* xa = nullptr;
   if (xq_given != nullptr && tt.vec_dot_type == GgmlType::Q8_0) {
     xa = reinterpret_cast<const uint8_t*>(xq_given);
   } else if (oracle || tt.vec_dot_type != GgmlType::F32) {
-    auto* p = static_cast<uint8_t*>(aligned(xa_buf, num_tokens * xa_rb));
+    auto* p = static_cast<uint8_t*>(ws.get(Workspace::kActivations, num_tokens * xa_rb));
     for (int64_t t = 0; t < num_tokens; ++t) tt.from_float(w.isa, x + t * cols, cols, p + t * xa_rb);
     xa = p;
   }
@@ -112,7 +104,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     return run(w, rows, macs, pool, [&](int64_t r0, int64_t r1) { oracle_rows(tt, w, r0, r1, xa, xa_rb, num_tokens, y); });
   }
   const IsaKernels& k = tt.tiles_for(w.isa);
-  void* xp = aligned(xp_buf, k.prepared_bytes(num_tokens, cols));
+  void* xp = ws.get(Workspace::kPrepared, k.prepared_bytes(num_tokens, cols));
   k.prepare(x, xa, num_tokens, cols, xp);
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t tile_bytes = kTileRows * w.row_bytes();

@@ -65,21 +65,23 @@ void rope_ref(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, int
   }
 }
 
-void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, int64_t pos, float freq_base) {
-  check_rope(head_dim, n_dims);
+void rope_cos_sin(int64_t n_dims, int64_t pos, float freq_base, float* cos_sin) {
+  check_rope(n_dims, n_dims);
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_dims));
-  thread_local std::vector<float> cs;  // [n_dims / 2][cos, sin]
-  cs.resize(static_cast<size_t>(n_dims));
   float theta = static_cast<float>(pos);
   for (int64_t i = 0; i < n_dims; i += 2) {
-    cs[i] = std::cos(theta);
-    cs[i + 1] = std::sin(theta);
+    cos_sin[i] = std::cos(theta);
+    cos_sin[i + 1] = std::sin(theta);
     theta *= theta_scale;
   }
+}
+
+void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, const float* cos_sin) {
+  check_rope(head_dim, n_dims);
   for (int64_t h = 0; h < num_heads; ++h) {
     float* xh = x + h * head_dim;
     for (int64_t i = 0; i < n_dims; i += 2) {
-      const float c = cs[i], s = cs[i + 1];
+      const float c = cos_sin[i], s = cos_sin[i + 1];
       const float x0 = xh[i], x1 = xh[i + 1];
       xh[i] = x0 * c - x1 * s;
       xh[i + 1] = x0 * s + x1 * c;

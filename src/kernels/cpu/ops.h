@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/workspace.h"
 
 namespace pagellm::kernels {
 
@@ -46,8 +47,9 @@ bool repack_pays(const WeightView& w);
 // w is Q8_0/Q4_0/F32/F16/BF16 in GGUF layout. pool may be nullptr.
 WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool);
 // Row r of w (either layout) as f32: out [w.cols] (an embedding lookup; dequantize_row of the
-// row's GGUF bytes). Aborts (PAGELLM_CHECK) when r is out of range.
-void get_row(const WeightView& w, int64_t r, float* out);
+// row's GGUF bytes). A repacked row is first unpacked into ws (slot kRow). Aborts (PAGELLM_CHECK)
+// when r is out of range.
+void get_row(const WeightView& w, int64_t r, float* out, Workspace& ws);
 
 // ---- dequantization (block formulas of ggml-common.h) -------------------------------------
 // q4_0: x[j] = d * ((qs[j] & 0xF) - 8), x[j+16] = d * ((qs[j] >> 4) - 8), j in [0,16).
@@ -76,8 +78,9 @@ void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols,
 // ---- matmul ------------------------------------------------------------------------------
 // y[t, r] = sum_c w[r, c] * x[t, c].
 //   x: [num_tokens, w.cols] f32, row-major.   y: [num_tokens, w.rows] f32, row-major.
-// pool may be nullptr (single-threaded). Aborts (PAGELLM_CHECK) for an unsupported type, a bad
-// shape, or repacked weights whose isa this CPU lacks.
+// pool may be nullptr (single-threaded). ws: the caller's scratch (slots kActivations and
+// kPrepared); its contents never change the result. Aborts (PAGELLM_CHECK) for an unsupported
+// type, a bad shape, or repacked weights whose isa this CPU lacks.
 // Numerics (kernel_traits.h): F32/F16/BF16 weights multiply x rounded to the weight's type
 // (round_activations, ggml's vec_dot_type for those types) with one sequential FMA chain per
 // output; Q8_0/Q4_0 weights multiply x quantized to q8_0 by quantize_row_q8_0_activations (as
@@ -86,7 +89,7 @@ void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols,
 // xq: optional, [num_tokens, w.cols / 32] blocks equal to quantize_activations_q8_0(x) (from
 // rms_norm_q8_0, or shared by several matmuls); used only when vec_dot_type(w.type) is Q8_0,
 // which then skips quantizing x. The result is the same bits either way.
-void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool,
+void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool, Workspace& ws,
             const BlockQ8_0* xq = nullptr);
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y);
 // F16 / BF16 weights multiply activations rounded to the weight's type (ggml's vec_dot_type for
@@ -107,10 +110,15 @@ void rms_norm_q8_0(const float* x, const float* weight, int64_t num_tokens, int6
 
 // RoPE as ggml applies it to llama tensors (GGML_ROPE_TYPE_NORM, adjacent pairs), in place.
 //   x: [num_heads, head_dim] for one token at position `pos`.
-//   For i in [0, n_dims/2): theta = pos * freq_base^(-2i/n_dims);
+//   For i in [0, n_dims/2): theta_i = pos * freq_base^(-2i/n_dims);
 //   (x[2i], x[2i+1]) <- (x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos). Dims >= n_dims untouched.
 // Source: Su et al. 2021 (RoFormer), ggml/src/ggml-cpu/ops.cpp rope_f32.
-void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, int64_t pos, float freq_base);
+// Split in two so that a forward pass computes the angles of a position once, for q and k of
+// every layer: rope_cos_sin fills cos_sin [n_dims] = (cos theta_0, sin theta_0, cos theta_1, ...)
+// (theta_i by repeated multiplication, as ggml), and rope rotates x with such a table. Together
+// they give rope_ref's bits. Both check head_dim and n_dims (even, n_dims <= head_dim; aborts).
+void rope_cos_sin(int64_t n_dims, int64_t pos, float freq_base, float* cos_sin);
+void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, const float* cos_sin);
 void rope_ref(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, int64_t pos, float freq_base);
 
 // SwiGLU gate: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate.
@@ -155,8 +163,9 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
 //   out:             [num_tokens, num_heads, head_dim] f32
 // GQA: query head h reads kv head h / (num_heads / num_kv_heads). scale is usually 1/sqrt(head_dim).
 // Keys in tiles of 64 positions with an online softmax (FlashAttention, Dao et al. 2022; math in
-// attention.cc): scratch per thread is one tile of scores plus head_dim floats, whatever the
-// context. Reduction order over key positions is 0..pos for every token, independent of the batch.
+// attention.cc): scratch per thread is one tile of scores plus head_dim floats and the key offsets
+// of one token, in ws (slot kAttention). Reduction order over key positions is 0..pos for every
+// token, independent of the batch.
 struct AttentionBatch {
   const int64_t* query_start_loc = nullptr;
   const int64_t* positions = nullptr;
@@ -165,7 +174,7 @@ struct AttentionBatch {
   int64_t max_blocks_per_seq = 0;
 };
 void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
-                     float scale, float* out, ThreadPool* pool);
+                     float scale, float* out, ThreadPool* pool, Workspace& ws);
 void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
                          float scale, float* out);
 

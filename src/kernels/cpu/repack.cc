@@ -42,18 +42,17 @@ WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
   return v;
 }
 
-void get_row(const WeightView& w, int64_t r, float* out) {
+void get_row(const WeightView& w, int64_t r, float* out, Workspace& ws) {
   PAGELLM_CHECK(r >= 0 && r < w.rows, "get_row: row " + std::to_string(r) + " of " + std::to_string(w.rows));
   const int64_t rb = w.row_bytes();
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (w.layout == WeightLayout::kGguf || r >= w.rows / kTileRows * kTileRows) {
     return dequantize_row(w.type, base + r * rb, w.cols, out);
   }
-  thread_local std::vector<uint8_t> row;
-  row.resize(static_cast<size_t>(rb));
+  auto* row = static_cast<uint8_t*>(ws.get(Workspace::kRow, rb));
   kernel_traits(w.type)->unpack_row(base + r / kTileRows * kTileRows * rb, static_cast<int>(r % kTileRows), w.cols,
-                                  row.data());
-  dequantize_row(w.type, row.data(), w.cols, out);
+                                    row);
+  dequantize_row(w.type, row, w.cols, out);
 }
 
 namespace r16 {
