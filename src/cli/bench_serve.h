@@ -92,16 +92,16 @@ std::vector<double> poisson_arrivals(int64_t n, double rate, uint64_t seed);
 
 struct RequestResult {
   bool success = false;
-  std::string error;               // why it failed (HTTP status and body, socket error, ...)
-  double start_s = 0;              // from the benchmark's start to opening the connection
-  double ttft_s = 0;               // see the file comment
+  std::string error;   // why it failed (HTTP status and body, socket error, ...)
+  double start_s = 0;  // from the benchmark's start to opening the connection
+  double ttft_s = 0;   // see the file comment
   double e2el_s = 0;
-  std::vector<double> chunk_s;     // arrival of each non-empty chunk, from this request's start
+  std::vector<double> chunk_s;  // arrival of each non-empty chunk, from this request's start
   int64_t output_tokens = 0;
-  int64_t prompt_tokens = -1;      // usage.prompt_tokens; -1 when the server sent none
-  int64_t prompt_len_estimate = 0; // tokens the client meant to send (words of the prompt)
-  int64_t cached_tokens = -1;      // usage.prompt_tokens_details.cached_tokens; -1 when not sent
-  std::string text;                // the generated text (multi-turn feeds it to the next turn)
+  int64_t prompt_tokens = -1;       // usage.prompt_tokens; -1 when the server sent none
+  int64_t prompt_len_estimate = 0;  // tokens the client meant to send (words of the prompt)
+  int64_t cached_tokens = -1;       // usage.prompt_tokens_details.cached_tokens; -1 when not sent
+  std::string text;                 // the generated text (multi-turn feeds it to the next turn)
 };
 
 struct BenchMetrics {
@@ -109,8 +109,8 @@ struct BenchMetrics {
   double duration_s = 0;
   int64_t total_input_tokens = 0;  // usage.prompt_tokens summed (estimates where absent)
   int64_t total_output_tokens = 0;
-  double request_throughput = 0;   // completed requests / s
-  double output_throughput = 0;    // output tokens / s
+  double request_throughput = 0;  // completed requests / s
+  double output_throughput = 0;   // output tokens / s
   double total_token_throughput = 0;
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
   int64_t requests_with_cached_tokens = 0;  // completed requests whose usage had cached_tokens
@@ -121,23 +121,23 @@ BenchMetrics compute_metrics(const std::vector<RequestResult>& results, double d
 
 struct BenchServeConfig {
   std::string base_url = "http://127.0.0.1:8000";  // http://host[:port][/prefix]
-  std::string model;        // "" -> the first id of GET /v1/models
-  std::string api_key;      // sent as "Authorization: Bearer ..." when not empty
+  std::string model;                               // "" -> the first id of GET /v1/models
+  std::string api_key;                             // sent as "Authorization: Bearer ..." when not empty
   int64_t num_prompts = 100;
-  double request_rate = 0;  // requests/s; +inf = all at once
+  double request_rate = 0;      // requests/s; +inf = all at once
   int64_t max_concurrency = 0;  // 0 = no cap
   // Words (~tokens) of each random prompt, shared-prefix suffix or multi-turn user turn;
   // 0 = the workload's default (128 random, 100 shared-prefix and multi-turn).
   int64_t input_len = 0;
   int64_t output_len = 128;
-  std::string dataset;      // JSONL {"prompt": ...} or plain text, one prompt per line
+  std::string dataset;                  // JSONL {"prompt": ...} or plain text, one prompt per line
   std::string dataset_name = "random";  // random | shared-prefix | multi-turn (see the file comment)
   int64_t prefix_len = 1000;            // shared-prefix: words of the common prefix
   int64_t num_turns = 4;                // multi-turn: turns per conversation
   bool cache_salt_per_request = false;  // send a unique cache_salt with every request
   uint64_t seed = 0;
   bool ignore_eos = true;
-  bool progress = true;     // progress bar on stderr
+  bool progress = true;  // progress bar on stderr
 };
 
 struct BenchRun {

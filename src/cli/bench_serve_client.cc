@@ -2,11 +2,11 @@
 // blocking connection per request, each request on its own thread, started at its arrival time
 // and held back while max_concurrency requests are in flight. Meant for runs of up to a few
 // thousand requests. http:// only (no TLS).
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -44,7 +44,8 @@ Url parse_base_url(const std::string& s) {
   std::string hostport = rest.substr(0, slash);
   u.prefix = slash == std::string::npos ? "" : rest.substr(slash);
   while (!u.prefix.empty() && u.prefix.back() == '/') u.prefix.pop_back();
-  if (u.prefix.size() >= 3 && u.prefix.compare(u.prefix.size() - 3, 3, "/v1") == 0) u.prefix.resize(u.prefix.size() - 3);
+  if (u.prefix.size() >= 3 && u.prefix.compare(u.prefix.size() - 3, 3, "/v1") == 0)
+    u.prefix.resize(u.prefix.size() - 3);
   const size_t colon = hostport.rfind(':');
   if (colon != std::string::npos && hostport.find(']', colon) == std::string::npos) {
     u.host = hostport.substr(0, colon);
@@ -150,7 +151,8 @@ int64_t server_token_count(const Url& u, const std::string& api_key, const std::
     if (res.result() != http::status::ok) return -1;
     const nlohmann::json j = nlohmann::json::parse(res.body(), nullptr, false);
     if (j.is_object() && j.contains("count") && j["count"].is_number_integer()) return j["count"].get<int64_t>();
-    if (j.is_object() && j.contains("tokens") && j["tokens"].is_array()) return static_cast<int64_t>(j["tokens"].size());
+    if (j.is_object() && j.contains("tokens") && j["tokens"].is_array())
+      return static_cast<int64_t>(j["tokens"].size());
   } catch (const std::exception&) {
   }
   return -1;
@@ -158,12 +160,8 @@ int64_t server_token_count(const Url& u, const std::string& api_key, const std::
 
 std::string request_body(const BenchServeConfig& cfg, const std::string& model, const std::string& prompt,
                          int64_t request_index) {
-  nlohmann::json j = {{"model", model},
-                      {"prompt", prompt},
-                      {"max_tokens", cfg.output_len},
-                      {"temperature", 0},
-                      {"stream", true},
-                      {"stream_options", {{"include_usage", true}}}};
+  nlohmann::json j = {{"model", model},   {"prompt", prompt}, {"max_tokens", cfg.output_len},
+                      {"temperature", 0}, {"stream", true},   {"stream_options", {{"include_usage", true}}}};
   if (cfg.ignore_eos) j["ignore_eos"] = true;
   if (cfg.cache_salt_per_request) j["cache_salt"] = request_cache_salt(cfg.seed, request_index);
   // Random-weight models emit arbitrary bytes; keep invalid UTF-8 from stopping the run.
@@ -293,9 +291,8 @@ BenchRun run_bench_serve(const BenchServeConfig& cfg) {
     // Every request would fail if its prompt + output_len exceed the context: say so now. The
     // longest prompt (the first turn for multi-turn) is counted by the server's /tokenize, else
     // estimated in words.
-    const auto longest = std::max_element(texts.begin(), texts.end(), [](const std::string& a, const std::string& b) {
-      return a.size() < b.size();
-    });
+    const auto longest = std::max_element(
+        texts.begin(), texts.end(), [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
     const std::string prompt = multi_turn ? multi_turn_prompt("", *longest) : *longest;
     int64_t tokens = server_token_count(url, cfg.api_key, run.model, prompt);
     if (tokens < 0) tokens = count_words(prompt);

@@ -17,12 +17,11 @@ namespace {
 // Common English words, each one token in Llama / GPT-style vocabularies (with its leading space),
 // so a prompt of L words is about L tokens there (more in tiny vocabularies such as stories260K's).
 constexpr std::array<std::string_view, 64> kWords = {
-    "the",   "of",    "and",   "to",    "in",    "is",    "you",   "that",  "it",    "he",    "was",
-    "for",   "on",    "are",   "as",    "with",  "his",   "they",  "at",    "be",    "this",  "have",
-    "from",  "or",    "one",   "had",   "by",    "word",  "but",   "not",   "what",  "all",   "were",
-    "we",    "when",  "your",  "can",   "said",  "there", "use",   "an",    "each",  "which", "she",
-    "do",    "how",   "their", "if",    "will",  "up",    "other", "about", "out",   "many",  "then",
-    "them",  "these", "so",    "some",  "her",   "would", "make",  "like",  "time"};
+    "the", "of",   "and",  "to",    "in",    "is",  "you",  "that",  "it",    "he",   "was",  "for",   "on",
+    "are", "as",   "with", "his",   "they",  "at",  "be",   "this",  "have",  "from", "or",   "one",   "had",
+    "by",  "word", "but",  "not",   "what",  "all", "were", "we",    "when",  "your", "can",  "said",  "there",
+    "use", "an",   "each", "which", "she",   "do",  "how",  "their", "if",    "will", "up",   "other", "about",
+    "out", "many", "then", "them",  "these", "so",  "some", "her",   "would", "make", "like", "time"};
 
 std::vector<std::string> read_dataset(const std::string& path) {
   std::ifstream in(path);
@@ -102,10 +101,10 @@ void check_fits_context(const BenchServeConfig& cfg, int64_t prompt_tokens, int6
     what = "--input-len " + input + " words";
     flags = "lower --input-len or --output-len";
   }
-  throw Error("the prompts do not fit the served model: the longest is " + std::to_string(prompt_tokens) +
-              " tokens (" + what + ") + --output-len " + std::to_string(cfg.output_len) + " = " +
-              std::to_string(prompt_tokens + cfg.output_len) + " > its max_model_len " +
-              std::to_string(max_model_len) + " (GET /v1/models), so every request would fail; " + flags);
+  throw Error("the prompts do not fit the served model: the longest is " + std::to_string(prompt_tokens) + " tokens (" +
+              what + ") + --output-len " + std::to_string(cfg.output_len) + " = " +
+              std::to_string(prompt_tokens + cfg.output_len) + " > its max_model_len " + std::to_string(max_model_len) +
+              " (GET /v1/models), so every request would fail; " + flags);
 }
 
 std::string multi_turn_prompt(const std::string& history, const std::string& user_text) {
@@ -157,7 +156,8 @@ std::function<int()> add_bench_serve(CLI::App& bench) {
                   "Words (~tokens) per random prompt, shared-prefix suffix or multi-turn user turn "
                   "(default 128 random, 100 otherwise)");
   sub->add_option("--output-len", cfg->output_len, "max_tokens of every request")->capture_default_str();
-  sub->add_option("--dataset", cfg->dataset, "JSONL with {\"prompt\": ...} per line, or plain text (one prompt a line)");
+  sub->add_option("--dataset", cfg->dataset,
+                  "JSONL with {\"prompt\": ...} per line, or plain text (one prompt a line)");
   sub->add_option("--dataset-name", cfg->dataset_name,
                   "Workload: random, shared-prefix (common prefix + unique suffix) or multi-turn (conversations)")
       ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn"}))
@@ -173,7 +173,8 @@ std::function<int()> add_bench_serve(CLI::App& bench) {
   sub->add_flag("--no-ignore-eos", *no_ignore_eos, "Do not send ignore_eos: true (for servers that reject it)");
   sub->add_flag("--json", *json, "Print one JSON object instead of the table");
   sub->add_option("--plot", *plot, "Write latency histograms and throughput over time to FILE.svg");
-  sub->add_flag("--no-progress", [cfg](int64_t) { cfg->progress = false; }, "No progress bar on stderr");
+  sub->add_flag(
+      "--no-progress", [cfg](int64_t) { cfg->progress = false; }, "No progress bar on stderr");
   return [=] {
     if (!sub->parsed()) return 1;
     if (*rate == "inf" || *rate == "Inf" || *rate == "INF") {

@@ -47,8 +47,9 @@ Rect panel(std::string* out, double ox, double oy, const std::string& title, con
   *out += text(r.x + r.w, r.y + r.h + 16, label(xmax), "end");
   *out += text(r.x - 6, r.y + r.h, "0", "end");
   *out += text(r.x - 6, r.y + 10, label(ymax), "end");
-  *out += "<text x=\"" + num(ox + 16) + "\" y=\"" + num(r.y + r.h / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 " +
-          num(ox + 16) + " " + num(r.y + r.h / 2) + ")\">" + ylabel + "</text>\n";
+  *out += "<text x=\"" + num(ox + 16) + "\" y=\"" + num(r.y + r.h / 2) +
+          "\" text-anchor=\"middle\" transform=\"rotate(-90 " + num(ox + 16) + " " + num(r.y + r.h / 2) + ")\">" +
+          ylabel + "</text>\n";
   *out += "</g>\n";
   return r;
 }
@@ -99,7 +100,8 @@ void throughput(std::string* out, double ox, double oy, const BenchRun& run) {
   double ymax = 0;
   for (double& t : tokens) ymax = std::max(ymax, t /= bucket_s);
   ymax = std::max(ymax, 1e-9);
-  const Rect r = panel(out, ox, oy, "Output throughput over time", "time since start (s)", "text chunks/s", 0, dur, ymax);
+  const Rect r =
+      panel(out, ox, oy, "Output throughput over time", "time since start (s)", "text chunks/s", 0, dur, ymax);
   std::string pts;
   for (int b = 0; b < kBins; ++b) {
     const double x = r.x + (b + 0.5) * r.w / kBins;

@@ -75,7 +75,8 @@ BenchMetrics compute_metrics(const std::vector<RequestResult>& results, double d
     m.total_token_throughput = static_cast<double>(m.total_input_tokens + m.total_output_tokens) / duration_s;
   }
   if (m.requests_with_cached_tokens > 0) {
-    m.mean_cached_tokens = static_cast<double>(m.total_cached_tokens) / static_cast<double>(m.requests_with_cached_tokens);
+    m.mean_cached_tokens =
+        static_cast<double>(m.total_cached_tokens) / static_cast<double>(m.requests_with_cached_tokens);
   }
   m.ttft_ms = summarize(ttft);
   m.tpot_ms = summarize(tpot);
@@ -96,8 +97,7 @@ void put_summary(nlohmann::json& j, const char* name, const Summary& s) {
 
 void table_summary(std::string* out, const char* title, const char* name, const Summary& s) {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "%s\n  %-34s %12.2f\n  %-34s %12.2f\n  %-34s %12.2f\n", title,
+  std::snprintf(buf, sizeof buf, "%s\n  %-34s %12.2f\n  %-34s %12.2f\n  %-34s %12.2f\n", title,
                 ("Mean " + std::string(name) + " (ms):").c_str(), s.mean,
                 ("Median " + std::string(name) + " (ms):").c_str(), s.median,
                 ("P99 " + std::string(name) + " (ms):").c_str(), s.p99);
@@ -134,8 +134,10 @@ std::string metrics_json(const BenchServeConfig& cfg, const BenchRun& run) {
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
   // null when the server sent no usage.prompt_tokens_details.cached_tokens
-  j["mean_cached_tokens"] = m.requests_with_cached_tokens > 0 ? nlohmann::json(m.mean_cached_tokens) : nlohmann::json(nullptr);
-  j["total_cached_tokens"] = m.requests_with_cached_tokens > 0 ? nlohmann::json(m.total_cached_tokens) : nlohmann::json(nullptr);
+  j["mean_cached_tokens"] =
+      m.requests_with_cached_tokens > 0 ? nlohmann::json(m.mean_cached_tokens) : nlohmann::json(nullptr);
+  j["total_cached_tokens"] =
+      m.requests_with_cached_tokens > 0 ? nlohmann::json(m.total_cached_tokens) : nlohmann::json(nullptr);
   put_summary(j, "ttft", m.ttft_ms);
   put_summary(j, "tpot", m.tpot_ms);
   put_summary(j, "itl", m.itl_ms);
@@ -157,10 +159,12 @@ std::string metrics_table(const BenchServeConfig& cfg, const BenchRun& run) {
     out += buf;
   };
   out += "  Model:                             " + run.model + "\n";
-  out += "  Workload:                          " + (cfg.dataset.empty() ? cfg.dataset_name : "file " + cfg.dataset) + "\n";
+  out +=
+      "  Workload:                          " + (cfg.dataset.empty() ? cfg.dataset_name : "file " + cfg.dataset) + "\n";
   row("Successful requests:", static_cast<double>(m.completed), "  %-34s %12.0f\n");
   row("Failed requests:", static_cast<double>(m.failed), "  %-34s %12.0f\n");
-  if (cfg.max_concurrency > 0) row("Maximum request concurrency:", static_cast<double>(cfg.max_concurrency), "  %-34s %12.0f\n");
+  if (cfg.max_concurrency > 0)
+    row("Maximum request concurrency:", static_cast<double>(cfg.max_concurrency), "  %-34s %12.0f\n");
   row("Benchmark duration (s):", m.duration_s, "  %-34s %12.2f\n");
   row("Total input tokens:", static_cast<double>(m.total_input_tokens), "  %-34s %12.0f\n");
   row("Total generated tokens:", static_cast<double>(m.total_output_tokens), "  %-34s %12.0f\n");

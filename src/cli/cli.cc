@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   add("info", "Print a model's metadata, tensors, sizes and KV bytes per token", &add_info);
   add("make-model", "Write a random-weight GGUF of a named real shape (test and benchmark models)", &add_make_model);
   add("serve", "OpenAI-compatible HTTP server with continuous batching", &add_serve);
-  add("bench", "Benchmarks: `bench latency` (single-stream speed, memory bandwidth), `bench serve` (serving load test)", &add_bench);
+  add("bench", "Benchmarks: `bench latency` (single-stream speed, memory bandwidth), `bench serve` (serving load test)",
+      &add_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

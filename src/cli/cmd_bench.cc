@@ -17,8 +17,8 @@
 #include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "engine/llm.h"
 #include "engine/engine_core.h"
+#include "engine/llm.h"
 
 namespace pagellm::cli {
 namespace {
@@ -102,9 +102,9 @@ int run_latency(const LatencyArgs& a) {
   const int64_t n_prompt = std::min<int64_t>(a.prompt_tokens, ctx - a.gen_tokens);
   const auto n_gen = static_cast<int32_t>(a.gen_tokens);
   if (n_prompt < a.prompt_tokens) {
-    std::fprintf(stderr, "note: --prompt-tokens %lld + --gen-tokens %d exceed the context (%lld tokens): prompt of %lld\n",
-                 static_cast<long long>(a.prompt_tokens), n_gen, static_cast<long long>(ctx),
-                 static_cast<long long>(n_prompt));
+    std::fprintf(
+        stderr, "note: --prompt-tokens %lld + --gen-tokens %d exceed the context (%lld tokens): prompt of %lld\n",
+        static_cast<long long>(a.prompt_tokens), n_gen, static_cast<long long>(ctx), static_cast<long long>(n_prompt));
   }
   // Every batch size must fit the KV cache (one context's worth of blocks) for >= 2 steps.
   for (int64_t b : a.batch) {
@@ -191,8 +191,7 @@ Handler add_bench(CLI::App& app) {
                   "Prompt length, tokens (shortened so that prompt + generated tokens fit the context)");
   lat->add_option("--gen-tokens", a->gen_tokens,
                   "Tokens to generate (>= 2; the first comes from the prefill, the rest are timed decode steps)");
-  lat->add_option("-t,--threads", a->threads, "Worker threads (0 or unset: all cores)")
-      ->check(CLI::Range(0, 4096));
+  lat->add_option("-t,--threads", a->threads, "Worker threads (0 or unset: all cores)")->check(CLI::Range(0, 4096));
   lat->add_option("--block-size", a->block_size, "Tokens per KV block (a power of two in [1, 256])")
       ->capture_default_str();
   lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB")

@@ -45,7 +45,8 @@ int run_generate(const GenerateArgs& a) {
   if (a.seed >= 0) opt.sampling.seed = static_cast<uint64_t>(a.seed);
 
   opt.sampling.validate(llm.tokenizer().vocab_size());  // before anything is printed
-  const std::vector<int32_t> prompt_ids = llm.tokenizer().encode(a.prompt, /*add_special=*/true, /*parse_special=*/false);
+  const std::vector<int32_t> prompt_ids =
+      llm.tokenizer().encode(a.prompt, /*add_special=*/true, /*parse_special=*/false);
   if (!a.json) {
     std::fputs(a.prompt.c_str(), stdout);
     std::fflush(stdout);
@@ -79,7 +80,9 @@ int run_generate(const GenerateArgs& a) {
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fputs("\n", stdout);
-    std::fprintf(stderr, "\nprompt: %lld tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens, %lld decode steps in %.1f ms (%.1f tokens/s); finish_reason=%s\n",
+    std::fprintf(stderr,
+                 "\nprompt: %lld tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens, %lld decode steps in %.1f "
+                 "ms (%.1f tokens/s); finish_reason=%s\n",
                  static_cast<long long>(t.prompt_tokens), t.prompt_seconds * 1e3, t.prompt_tokens_per_s(),
                  r.token_ids.size(), static_cast<long long>(t.decode_tokens), t.decode_seconds * 1e3,
                  t.decode_tokens_per_s(), r.finish_reason.c_str());
@@ -93,7 +96,8 @@ Handler add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   app.add_option("-m,--model", a->model, "GGUF model file (default: models/stories260K-f32.gguf)");
   app.add_option("-p,--prompt", a->prompt, "Prompt text")->required();
-  app.add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate (clamped to the context)")->check(CLI::NonNegativeNumber);
+  app.add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate (clamped to the context)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--temp,--temperature", a->temperature, "Sampling temperature; 0 = greedy");
   app.add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)");
   app.add_option("--top-p", a->top_p, "Nucleus sampling mass in (0, 1]");

@@ -3,8 +3,8 @@
 #include <variant>
 
 #include "cli/commands.h"
-#include "format/gguf.h"
 #include "engine/engine_config.h"
+#include "format/gguf.h"
 #include "model/llama_config.h"
 
 namespace pagellm::cli {
@@ -63,13 +63,15 @@ int run_info(const std::string& path) {
     EngineConfig generate_defaults;  // generate / bench: one context
     EngineConfig serve_defaults = generate_defaults;
     serve_defaults.kv_cache_default_contexts = 16;
-    std::printf("model: %s, hidden_size %lld, layers %lld, heads %lld, kv_heads %lld, head_dim %lld, ffn %lld, vocab %lld, context %lld tokens\n",
-                c.architecture.c_str(), static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
-                static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
-                static_cast<long long>(c.head_dim), static_cast<long long>(c.intermediate_size),
-                static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_position_embeddings));
-    std::printf("KV bytes per token: %lld (f32), %lld (f16); full context: %.2f MiB (f32)\n", static_cast<long long>(f32),
-                static_cast<long long>(f16), f32 * c.max_position_embeddings / 1048576.0);
+    std::printf(
+        "model: %s, hidden_size %lld, layers %lld, heads %lld, kv_heads %lld, head_dim %lld, ffn %lld, vocab %lld, "
+        "context %lld tokens\n",
+        c.architecture.c_str(), static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
+        static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
+        static_cast<long long>(c.head_dim), static_cast<long long>(c.intermediate_size),
+        static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_position_embeddings));
+    std::printf("KV bytes per token: %lld (f32), %lld (f16); full context: %.2f MiB (f32)\n",
+                static_cast<long long>(f32), static_cast<long long>(f16), f32 * c.max_position_embeddings / 1048576.0);
     std::printf("default KV pool (f32, %d-token blocks): generate/bench %d blocks, serve %d blocks\n",
                 generate_defaults.block_size, plan_kv_cache(generate_defaults, c), plan_kv_cache(serve_defaults, c));
   }

@@ -16,7 +16,9 @@ Handler add_serve(CLI::App& app) {
   app.add_option("-m,--model", e.model_path, "GGUF model file (default: the bundled stories260K)");
   app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port, printed at start-up)")->capture_default_str();
-  app.add_option("--threads", e.num_threads, "Model worker threads (0: all logical CPUs, std::thread::hardware_concurrency)")->capture_default_str();
+  app.add_option("--threads", e.num_threads,
+                 "Model worker threads (0: all logical CPUs, std::thread::hardware_concurrency)")
+      ->capture_default_str();
   app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--max-num-seqs", e.max_num_seqs, "Most requests running in one step")->capture_default_str();
   app.add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "Token budget of one step (forward pass)")
@@ -24,10 +26,12 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--block-size", e.block_size, "Tokens per KV block (a power of two in [1, 256])")
       ->capture_default_str();
   app.add_option("--kv-cache-memory", *kv_cache_memory,
-                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: 16 full contexts, at most 1 GiB");
+                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: 16 full contexts, "
+                 "at most 1 GiB");
   app.add_option("--kv-dtype", *kv_dtype, "KV cache dtype: f32 or f16")->capture_default_str();
-  app.add_flag("--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
-               "Turn off automatic prefix caching (shared KV blocks for shared prompt prefixes)");
+  app.add_flag(
+      "--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
+      "Turn off automatic prefix caching (shared KV blocks for shared prompt prefixes)");
   app.add_option("--max-waiting", e.max_waiting, "Waiting-queue bound; beyond it requests get 429")
       ->capture_default_str();
   app.add_option("--max-n", o->max_n,
@@ -42,7 +46,8 @@ Handler add_serve(CLI::App& app) {
                  "Largest request body; larger ones get 413 (default: 1 MiB + 64 bytes per token of context)")
       ->check(CLI::PositiveNumber);
   app.add_option("--api-threads", o->api_threads, "Threads that parse request bodies and tokenise prompts")
-      ->capture_default_str()->check(CLI::Range(1, 64));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--api-queue", o->api_queue,
                  "Request bodies waiting for those threads (default: --max-waiting; at most 16 x --max-body-bytes "
                  "held); beyond it requests get 429")

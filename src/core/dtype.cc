@@ -103,7 +103,7 @@ uint16_t fp32_to_fp16(float f) {
     return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
   }
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000u) {                         // below 2^-14: subnormal half or zero
+  if (abs < 0x38800000u) {                        // below 2^-14: subnormal half or zero
     // value / 2^-24, rounded to nearest even.
     float a;
     std::memcpy(&a, &abs, 4);

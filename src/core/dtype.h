@@ -51,12 +51,12 @@ int64_t row_size_bytes(GgmlType type, int64_t n);
 constexpr int kQK4_0 = 32;
 constexpr int kQK8_0 = 32;
 struct BlockQ4_0 {
-  uint16_t d;               // scale (f16)
-  uint8_t qs[kQK4_0 / 2];   // nibbles: element j in low nibble of qs[j], element j+16 in high nibble
+  uint16_t d;              // scale (f16)
+  uint8_t qs[kQK4_0 / 2];  // nibbles: element j in low nibble of qs[j], element j+16 in high nibble
 };
 struct BlockQ8_0 {
-  uint16_t d;           // scale (f16)
-  int8_t qs[kQK8_0];    // quants
+  uint16_t d;         // scale (f16)
+  int8_t qs[kQK8_0];  // quants
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ8_0) == 34);

@@ -24,7 +24,7 @@ class Error : public std::runtime_error {
 }  // namespace pagellm
 
 // Internal invariant; always on (cheap conditions only on hot paths).
-#define PAGELLM_CHECK(cond, ...)                                                        \
-  do {                                                                                  \
+#define PAGELLM_CHECK(cond, ...)                                                               \
+  do {                                                                                         \
     if (!(cond)) ::pagellm::check_failed(__FILE__, __LINE__, #cond, std::string{__VA_ARGS__}); \
   } while (0)

@@ -21,16 +21,16 @@ struct AsyncEngine::Impl {
   };
 
   SchedulerConfig config;
-  EngineCore core;                                   // engine thread only
+  EngineCore core;  // engine thread only
   // Runs between steps on the engine thread, so that a stop string ends its request before the
   // next step computes it (a remote client would run it on its side, one round trip later).
-  OutputProcessor processor;                         // engine thread only
-  std::unordered_map<std::string, Sink> sinks;       // engine thread only
-  mutable std::mutex mu;                             // guards everything below
+  OutputProcessor processor;                    // engine thread only
+  std::unordered_map<std::string, Sink> sinks;  // engine thread only
+  mutable std::mutex mu;                        // guards everything below
   std::condition_variable cv;
   std::deque<Command> inbox;
-  int64_t num_queued = 0;                            // adds in the inbox + waiting (unforked n > 1 members too)
-  int64_t num_live = 0;                              // accepted requests whose final output is not out
+  int64_t num_queued = 0;  // adds in the inbox + waiting (unforked n > 1 members too)
+  int64_t num_live = 0;    // accepted requests whose final output is not out
   bool stop = false;
   bool draining = false;
   EngineStats stats;
@@ -39,7 +39,9 @@ struct AsyncEngine::Impl {
   void deliver(EngineCoreOutput core_out) {
     auto it = sinks.find(core_out.request_id);
     if (it == sinks.end()) return;
-    auto stop_in_engine = [this](const std::string& id, const std::string& stop) { return core.stop_request(id, stop); };
+    auto stop_in_engine = [this](const std::string& id, const std::string& stop) {
+      return core.stop_request(id, stop);
+    };
     const RequestOutput out = processor.process(std::move(core_out), stop_in_engine);
     if (!out.finished) {
       it->second(out);

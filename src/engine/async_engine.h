@@ -35,9 +35,9 @@ namespace pagellm {
 
 // A view of EngineConfig (engine/engine_config.h), where the defaults and checks live.
 struct SchedulerConfig {
-  int32_t max_num_seqs = 0;              // running requests per step
-  int64_t max_num_batched_tokens = 0;    // tokens per forward pass (decodes + prefill chunks)
-  int32_t max_waiting = 0;               // add_request fails with QueueFull beyond this
+  int32_t max_num_seqs = 0;            // running requests per step
+  int64_t max_num_batched_tokens = 0;  // tokens per forward pass (decodes + prefill chunks)
+  int32_t max_waiting = 0;             // add_request fails with QueueFull beyond this
 };
 
 class AsyncEngine {

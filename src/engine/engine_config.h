@@ -14,18 +14,18 @@ namespace pagellm {
 
 struct EngineConfig {
   std::string model_path;
-  int num_threads = 0;                   // --threads; 0: ThreadPool::default_num_threads()
-  int32_t block_size = 16;               // --block-size: tokens per KV block, a power of two in [1, 256]
-  GgmlType kv_dtype = GgmlType::F32;     // --kv-dtype: F32 or F16
+  int num_threads = 0;                // --threads; 0: ThreadPool::default_num_threads()
+  int32_t block_size = 16;            // --block-size: tokens per KV block, a power of two in [1, 256]
+  GgmlType kv_dtype = GgmlType::F32;  // --kv-dtype: F32 or F16
   // KV pool size (--kv-cache-memory): at most one of the two is > 0; both 0: the default of
   // plan_kv_cache (kv_cache_default_contexts full contexts).
   int64_t kv_cache_bytes = 0;
   int64_t kv_cache_blocks = 0;
   int32_t kv_cache_default_contexts = 1;  // serve: 16 (capped at kMaxDefaultKvCacheBytes); else 1
-  int64_t max_num_batched_tokens = 512;  // --max-num-batched-tokens: tokens per step (prefill chunk)
-  int32_t max_num_seqs = 64;             // --max-num-seqs: requests running at once
-  int32_t max_waiting = 1024;            // --max-waiting: waiting-queue bound (serve: 429 beyond)
-  bool enable_prefix_caching = true;     // --no-prefix-caching turns it off (kv/kv_cache_manager.h)
+  int64_t max_num_batched_tokens = 512;   // --max-num-batched-tokens: tokens per step (prefill chunk)
+  int32_t max_num_seqs = 64;              // --max-num-seqs: requests running at once
+  int32_t max_waiting = 1024;             // --max-waiting: waiting-queue bound (serve: 429 beyond)
+  bool enable_prefix_caching = true;      // --no-prefix-caching turns it off (kv/kv_cache_manager.h)
 
   // Throws pagellm::Error naming the flag and the value of the first setting out of range.
   void validate() const;

@@ -88,8 +88,7 @@ void EngineCore::reserve_fork_seats(Group& g) {
   if (leader == nullptr) return;
   const int32_t want = static_cast<int32_t>(
       std::min<int64_t>(static_cast<int64_t>(g.pending.size()), scheduler_.limits().max_num_seqs - 1));
-  leader->num_fork_seats =
-      leader->status == RequestStatus::kWaiting ? want : std::min(leader->num_fork_seats, want);
+  leader->num_fork_seats = leader->status == RequestStatus::kWaiting ? want : std::min(leader->num_fork_seats, want);
 }
 
 void EngineCore::promote_member(const std::string& group) {

@@ -83,7 +83,7 @@ class EngineCore {
   KvCacheManager& kv_manager_;  // block tables; the scheduler allocates, forks use it
   Scheduler scheduler_;
   std::unordered_map<std::string, State> states_;
-  std::unordered_map<std::string, Group> groups_;        // by parallel_group, until forked
+  std::unordered_map<std::string, Group> groups_;          // by parallel_group, until forked
   std::unordered_map<std::string, std::string> group_of_;  // request id -> group (unforked members)
   EngineCounters counters_;
   int64_t max_total_tokens_;  // min(context length, whole KV pool in tokens)

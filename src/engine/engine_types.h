@@ -25,51 +25,51 @@ struct EngineRequest {
                                           // output processor; the core ignores them)
   std::vector<int32_t> stop_token_ids;    // finish with "stop" when sampled (token not in text)
   bool ignore_eos = false;
-  int32_t priority = 0;                   // lower value runs first; ties FCFS (vLLM convention)
-  std::string cache_salt;                 // prefix-cache namespace: only equal salts share blocks
+  int32_t priority = 0;    // lower value runs first; ties FCFS (vLLM convention)
+  std::string cache_salt;  // prefix-cache namespace: only equal salts share blocks
   // Parallel sampling (n > 1): the n requests of one prompt carry the same group id and size.
   // The first to arrive computes the prompt; the others fork its KV blocks at its first token
   // and sample their own first token from the same logits (copy-on-write of the last partial
   // block afterwards). Their prompts must be equal.
   std::string parallel_group;
   int32_t parallel_group_size = 1;
-  bool need_cumulative_logprob = false;   // compute RequestOutput::cumulative_logprob (best_of)
-  double arrival_time = 0;                // seconds, steady clock (engine sets it if 0)
+  bool need_cumulative_logprob = false;  // compute RequestOutput::cumulative_logprob (best_of)
+  double arrival_time = 0;               // seconds, steady clock (engine sets it if 0)
 };
 
 // Timestamps of one request, seconds on the steady clock (0 = not yet).
 struct RequestTimes {
   double arrival = 0;
-  double first_scheduled = 0;   // left the waiting queue the first time
+  double first_scheduled = 0;  // left the waiting queue the first time
   double first_token = 0;
   double last_token = 0;
   double finished = 0;
-  double prefill_seconds = 0;   // first_scheduled -> first token
+  double prefill_seconds = 0;  // first_scheduled -> first token
 };
 
 // What the engine core emits for one request: what is new since its previous output, in tokens.
 // Token-level stops (EOS, stop_token_ids, max_tokens) are decided here; stop strings are not.
 struct EngineCoreOutput {
   std::string request_id;
-  std::vector<int32_t> new_token_ids;          // sampled this step
-  std::vector<SampleResult> new_logprobs;      // one per new token when sampling.logprobs >= 0
+  std::vector<int32_t> new_token_ids;      // sampled this step
+  std::vector<SampleResult> new_logprobs;  // one per new token when sampling.logprobs >= 0
   bool finished = false;
-  std::string finish_reason;                   // "stop" | "length" | "abort" | "error" when finished;
-                                               // a core "stop" with new tokens: the last one is EOS
-                                               // or a stop token id (never text)
-  std::string error;                           // finish_reason "error": what failed
-  std::optional<std::string> stop_reason;      // the stop string or token id text that matched
+  std::string finish_reason;               // "stop" | "length" | "abort" | "error" when finished;
+                                           // a core "stop" with new tokens: the last one is EOS
+                                           // or a stop token id (never text)
+  std::string error;                       // finish_reason "error": what failed
+  std::optional<std::string> stop_reason;  // the stop string or token id text that matched
   int32_t num_prompt_tokens = 0;
-  int32_t num_generated_tokens = 0;            // total so far
-  int32_t num_cached_tokens = 0;               // prompt tokens served from the prefix cache or a fork
-  double cumulative_logprob = 0;               // sum of the sampled tokens' logprobs (raw logits)
+  int32_t num_generated_tokens = 0;  // total so far
+  int32_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache or a fork
+  double cumulative_logprob = 0;     // sum of the sampled tokens' logprobs (raw logits)
   RequestTimes times;
 };
 
 // What a client receives: the core's output plus its text (OutputProcessor::process).
 struct RequestOutput : EngineCoreOutput {
-  std::string delta_text;                      // complete UTF-8, stop strings withheld/removed
-                                               // (new_token_ids may hold more than delta_text)
+  std::string delta_text;  // complete UTF-8, stop strings withheld/removed
+                           // (new_token_ids may hold more than delta_text)
 };
 
 // Snapshot of engine gauges and counters for /metrics (read from any thread).
@@ -78,15 +78,15 @@ struct EngineStats {
   int64_t num_waiting = 0;
   int64_t num_blocks = 0;
   int64_t num_free_blocks = 0;
-  double kv_cache_usage = 0;             // fraction of blocks held, [0, 1]
+  double kv_cache_usage = 0;  // fraction of blocks held, [0, 1]
   int64_t block_size = 0;
-  int64_t num_preemptions = 0;           // total since start
-  int64_t prompt_tokens = 0;             // total prompt tokens computed (recomputes included)
-  int64_t generation_tokens = 0;         // total tokens sampled
+  int64_t num_preemptions = 0;    // total since start
+  int64_t prompt_tokens = 0;      // total prompt tokens computed (recomputes included)
+  int64_t generation_tokens = 0;  // total tokens sampled
   int64_t num_steps = 0;
-  int64_t prefix_cache_queries = 0;      // tokens looked up in the prefix cache (at admission)
-  int64_t prefix_cache_hits = 0;         // of which found cached
-  int64_t num_cached_blocks = 0;         // blocks registered in the prefix cache now
+  int64_t prefix_cache_queries = 0;  // tokens looked up in the prefix cache (at admission)
+  int64_t prefix_cache_hits = 0;     // of which found cached
+  int64_t num_cached_blocks = 0;     // blocks registered in the prefix cache now
 };
 
 // add_request(s) beyond the waiting queue's bound (HTTP 429).

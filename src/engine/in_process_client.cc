@@ -8,7 +8,8 @@ InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm, const Sch
     : engine_(std::move(llm), config) {
   const LLM& m = engine_.llm();
   const std::filesystem::path path(m.config().model_path);
-  facts_.model_name = m.file().get_string_opt("general.name")
+  facts_.model_name = m.file()
+                          .get_string_opt("general.name")
                           .value_or(path.extension() == ".gguf" ? path.stem().string() : path.filename().string());
   facts_.vocab_size = m.tokenizer().vocab_size();
   facts_.max_model_len = engine_.max_model_len();

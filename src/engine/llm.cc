@@ -19,8 +19,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 LLM::LLM(const EngineConfig& config) : config_(config) {
   config_.validate();
-  auto pool = std::make_unique<ThreadPool>(config_.num_threads > 0 ? config_.num_threads
-                                                                    : ThreadPool::default_num_threads());
+  auto pool =
+      std::make_unique<ThreadPool>(config_.num_threads > 0 ? config_.num_threads : ThreadPool::default_num_threads());
   file_ = GgufFile::open(config_.model_path);
   auto model = std::make_unique<LlamaModel>(*file_, pool.get());
   try {

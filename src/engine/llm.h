@@ -31,8 +31,8 @@ struct GenerateOptions {
 
 struct GenerateTimings {
   int64_t prompt_tokens = 0;
-  double prompt_seconds = 0;   // prefill, up to the first token's logits
-  int64_t decode_tokens = 0;   // forward passes after the prefill
+  double prompt_seconds = 0;  // prefill, up to the first token's logits
+  int64_t decode_tokens = 0;  // forward passes after the prefill
   double decode_seconds = 0;
   double prompt_tokens_per_s() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
   double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
@@ -41,8 +41,8 @@ struct GenerateTimings {
 struct GenerateResult {
   std::vector<int32_t> prompt_token_ids;
   std::vector<int32_t> token_ids;
-  std::string text;            // concatenated pieces of token_ids
-  std::string finish_reason;   // "stop" (EOS) or "length"
+  std::string text;           // concatenated pieces of token_ids
+  std::string finish_reason;  // "stop" (EOS) or "length"
   GenerateTimings timings;
 };
 

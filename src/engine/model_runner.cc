@@ -40,8 +40,7 @@ std::span<const float> ModelRunnerOutput::row(size_t seq, int32_t j) const {
                                                 static_cast<size_t>(vocab_size));
 }
 
-ModelRunner::ModelRunner(std::unique_ptr<ThreadPool> pool, std::unique_ptr<LlamaModel> model,
-                         const KvCacheGeometry& kv)
+ModelRunner::ModelRunner(std::unique_ptr<ThreadPool> pool, std::unique_ptr<LlamaModel> model, const KvCacheGeometry& kv)
     : pool_(std::move(pool)),
       owned_model_(std::move(model)),
       model_(owned_model_.get()),
@@ -64,8 +63,7 @@ const ModelRunnerOutput& ModelRunner::execute(const SchedulerOutput& so, const K
     for (int64_t p = r.num_computed_tokens; p < r.num_computed_tokens + s.num_scheduled_tokens; ++p) {
       chunks_[i].push_back(r.token_at(p));
     }
-    seqs_.push_back(ScheduledSeq{&kv.block_table(r.request_id), chunks_[i], r.num_computed_tokens,
-                                 s.num_logits_rows});
+    seqs_.push_back(ScheduledSeq{&kv.block_table(r.request_id), chunks_[i], r.num_computed_tokens, s.num_logits_rows});
   }
   return execute(seqs_);
 }

@@ -88,7 +88,7 @@ class ModelRunner {
   const ModelRunnerOutput& execute(std::span<const ScheduledSeq> seqs);
 
  private:
-  std::unique_ptr<ThreadPool> pool_;       // before model_: the model runs on it
+  std::unique_ptr<ThreadPool> pool_;  // before model_: the model runs on it
   std::unique_ptr<LlamaModel> owned_model_;
   LlamaModel* model_;
   KvCache kv_cache_;

@@ -68,22 +68,17 @@ uint64_t min_value_size(GgufValueType t) {
   switch (t) {
     case GgufValueType::UINT8:
     case GgufValueType::INT8:
-    case GgufValueType::BOOL:
-      return 1;
+    case GgufValueType::BOOL: return 1;
     case GgufValueType::UINT16:
-    case GgufValueType::INT16:
-      return 2;
+    case GgufValueType::INT16: return 2;
     case GgufValueType::UINT32:
     case GgufValueType::INT32:
-    case GgufValueType::FLOAT32:
-      return 4;
+    case GgufValueType::FLOAT32: return 4;
     case GgufValueType::UINT64:
     case GgufValueType::INT64:
     case GgufValueType::FLOAT64:
-    case GgufValueType::STRING:
-      return 8;
-    case GgufValueType::ARRAY:
-      return 12;
+    case GgufValueType::STRING: return 8;
+    case GgufValueType::ARRAY: return 12;
   }
   return 1;
 }
@@ -111,9 +106,7 @@ GgufValue read_value(Reader& r, GgufValueType type, const std::string& key, uint
       out.v = b == 1;
       break;
     }
-    case GgufValueType::STRING:
-      out.v = r.read_string_lazy([&] { return "string value of key '" + key + "'"; });
-      break;
+    case GgufValueType::STRING: out.v = r.read_string_lazy([&] { return "string value of key '" + key + "'"; }); break;
     case GgufValueType::ARRAY: {
       if (depth >= kMaxArrayDepth) r.fail("key '" + key + "': arrays nested too deeply");
       const uint32_t et = r.read<uint32_t>(k);

@@ -66,10 +66,10 @@ struct GgufValue {
 
 struct GgufTensorInfo {
   std::string name;
-  std::vector<int64_t> ne;     // ggml order: ne[0] is the contiguous (row) dimension
+  std::vector<int64_t> ne;  // ggml order: ne[0] is the contiguous (row) dimension
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;         // from the start of the data section, bytes
-  uint64_t size_bytes = 0;     // rows x row_size_bytes(type, ne[0])
+  uint64_t offset = 0;            // from the start of the data section, bytes
+  uint64_t size_bytes = 0;        // rows x row_size_bytes(type, ne[0])
   const uint8_t* data = nullptr;  // into the mapping; valid while the GgufFile lives
 
   int64_t num_elements() const;

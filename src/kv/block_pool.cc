@@ -25,18 +25,24 @@ double BlockPool::usage() const {
 void BlockPool::push_tail(int32_t id) {
   prev_[id] = tail_;
   next_[id] = -1;
-  if (tail_ >= 0) next_[tail_] = id;
-  else head_ = id;
+  if (tail_ >= 0)
+    next_[tail_] = id;
+  else
+    head_ = id;
   tail_ = id;
   in_free_[id] = 1;
   ++num_free_;
 }
 
 void BlockPool::unlink(int32_t id) {
-  if (prev_[id] >= 0) next_[prev_[id]] = next_[id];
-  else head_ = next_[id];
-  if (next_[id] >= 0) prev_[next_[id]] = prev_[id];
-  else tail_ = prev_[id];
+  if (prev_[id] >= 0)
+    next_[prev_[id]] = next_[id];
+  else
+    head_ = next_[id];
+  if (next_[id] >= 0)
+    prev_[next_[id]] = prev_[id];
+  else
+    tail_ = prev_[id];
   prev_[id] = next_[id] = -1;
   in_free_[id] = 0;
   --num_free_;

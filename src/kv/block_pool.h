@@ -57,12 +57,12 @@ class BlockPool {
   void push_tail(int32_t id);
   void unlink(int32_t id);
 
-  std::vector<int32_t> ref_cnt_;  // [num_blocks]
-  std::vector<int32_t> prev_;     // [num_blocks] free-queue links, -1 = none
-  std::vector<int32_t> next_;     // [num_blocks]
-  std::vector<uint8_t> in_free_;  // [num_blocks] 1 while in the free queue
-  std::vector<uint64_t> hash_;    // [num_blocks] valid where has_hash_
-  std::vector<uint8_t> has_hash_; // [num_blocks]
+  std::vector<int32_t> ref_cnt_;                  // [num_blocks]
+  std::vector<int32_t> prev_;                     // [num_blocks] free-queue links, -1 = none
+  std::vector<int32_t> next_;                     // [num_blocks]
+  std::vector<uint8_t> in_free_;                  // [num_blocks] 1 while in the free queue
+  std::vector<uint64_t> hash_;                    // [num_blocks] valid where has_hash_
+  std::vector<uint8_t> has_hash_;                 // [num_blocks]
   std::unordered_map<uint64_t, int32_t> cached_;  // hash -> block
   int32_t head_ = -1;
   int32_t tail_ = -1;

@@ -20,8 +20,8 @@ KvCache::KvCache(const KvCacheShape& shape, int32_t num_blocks, int32_t block_si
     throw Error("KV cache needs at least one block (num_blocks=" + std::to_string(num_blocks) +
                 ", block_size=" + std::to_string(block_size) + ")");
   }
-  layer_bytes_ = int64_t{num_blocks} * block_size * shape.num_kv_heads * shape.head_dim *
-                 type_traits(shape.dtype).type_size;
+  layer_bytes_ =
+      int64_t{num_blocks} * block_size * shape.num_kv_heads * shape.head_dim * type_traits(shape.dtype).type_size;
   storage_.assign(static_cast<size_t>(layer_bytes_ * 2 * shape.num_layers), 0);
 }
 

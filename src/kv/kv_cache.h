@@ -41,8 +41,8 @@ class KvCache {
   KvCacheShape shape_;
   int32_t num_blocks_;
   int32_t block_size_;
-  int64_t layer_bytes_;             // bytes of K (or V) for one layer
-  std::vector<uint8_t> storage_;    // [num_layers][2][layer_bytes_]
+  int64_t layer_bytes_;           // bytes of K (or V) for one layer
+  std::vector<uint8_t> storage_;  // [num_layers][2][layer_bytes_]
 };
 
 }  // namespace pagellm

@@ -131,9 +131,9 @@ void KvCacheManager::truncate(const std::string& request_id, int64_t num_tokens)
   if (it == tables_.end()) return;
   Table& t = it->second;
   const auto keep = static_cast<size_t>(blocks_for(num_tokens));
-  PAGELLM_CHECK(num_tokens >= 0 && keep <= t.blocks.size(),
-                "truncate of " + request_id + " to " + std::to_string(num_tokens) + " tokens, table holds " +
-                    std::to_string(t.blocks.size()) + " blocks");
+  PAGELLM_CHECK(num_tokens >= 0 && keep <= t.blocks.size(), "truncate of " + request_id + " to " +
+                                                                std::to_string(num_tokens) + " tokens, table holds " +
+                                                                std::to_string(t.blocks.size()) + " blocks");
   while (t.blocks.size() > keep) {
     const int32_t b = t.blocks.back();
     t.blocks.pop_back();

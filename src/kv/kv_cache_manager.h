@@ -70,8 +70,8 @@ class KvCacheManager {
   // registered. num_final_tokens: tokens whose K/V are computed and that can no longer be rolled
   // back (the scheduler passes num_computed_tokens minus the speculative tokens still to be
   // verified). `tokens` are the request's tokens (at least num_final_tokens of them).
-  void cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens,
-                             int64_t num_final_tokens, uint64_t root);
+  void cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens, int64_t num_final_tokens,
+                             uint64_t root);
   // Releases every block of the request, last block first (no-op for an unknown id).
   void free(const std::string& request_id);
   // Rolls the request back to its first num_tokens tokens (rejected speculative tokens): the

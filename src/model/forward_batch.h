@@ -24,7 +24,7 @@ struct ForwardBatch {
   std::vector<int64_t> query_start_loc;  // [num_seqs + 1] half-open token ranges per sequence
   std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq] row-major
   int64_t max_blocks_per_seq = 0;
-  std::vector<int64_t> logits_indices;   // [num_logits] token indices whose logits are returned
+  std::vector<int64_t> logits_indices;  // [num_logits] token indices whose logits are returned
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(query_start_loc.empty() ? 0 : query_start_loc.size() - 1); }

@@ -23,8 +23,7 @@ kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int6
     case GgmlType::F16:
     case GgmlType::BF16:
     case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
-      break;
+    case GgmlType::Q4_0: break;
     default:
       throw Error("model '" + f.path() + "': tensor '" + name + "' has type " + type_name(t.type) +
                   ", which pagellm cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0)");
@@ -79,8 +78,8 @@ LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool, kernels::Isa isa)
 }
 
 KvCacheShape LlamaModel::kv_shape(GgmlType dtype) const {
-  return KvCacheShape{static_cast<int32_t>(config_.num_hidden_layers), static_cast<int32_t>(config_.num_key_value_heads),
-                      static_cast<int32_t>(config_.head_dim), dtype};
+  return KvCacheShape{static_cast<int32_t>(config_.num_hidden_layers),
+                      static_cast<int32_t>(config_.num_key_value_heads), static_cast<int32_t>(config_.head_dim), dtype};
 }
 
 void LlamaModel::check_batch(const ForwardBatch& b, const KvCache& kv) const {
@@ -186,7 +185,8 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, kc::Workspace
   gate_.resize(n * c.intermediate_size);
   up_.resize(gate_.size());
   rope_cos_sin_.resize(n * c.rope_dim);  // one table per position, for q and k of every layer
-  for (int64_t t = 0; t < n; ++t) kc::rope_cos_sin(c.rope_dim, b.positions[t], c.rope_theta, &rope_cos_sin_[t * c.rope_dim]);
+  for (int64_t t = 0; t < n; ++t)
+    kc::rope_cos_sin(c.rope_dim, b.positions[t], c.rope_theta, &rope_cos_sin_[t * c.rope_dim]);
 
   for (int64_t t = 0; t < n; ++t) kc::get_row(token_embd_, b.token_ids[t], &x_[t * c.hidden_size], ws);
   for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {

@@ -54,7 +54,7 @@ class LlamaModel {
   struct Layer {
     const float* attn_norm;  // [hidden]
     kernels::WeightView wq, wk, wv, wo;
-    const float* ffn_norm;   // [hidden]
+    const float* ffn_norm;  // [hidden]
     kernels::WeightView w_gate, w_up, w_down;
   };
   // for_matmul: the tensor is read only by kernels::matmul (so it may be repacked).
@@ -85,7 +85,7 @@ class LlamaModel {
   // Scratch, resized per call: [num_tokens, *] f32.
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_;
   std::vector<float> rope_cos_sin_;  // [num_tokens, rope_dim]: kernels::rope_cos_sin per position
-  std::vector<BlockQ8_0> xq_;  // [num_tokens, hidden / 32]: xn_ quantized (norm_for)
+  std::vector<BlockQ8_0> xq_;        // [num_tokens, hidden / 32]: xn_ quantized (norm_for)
 };
 
 }  // namespace pagellm

@@ -19,8 +19,7 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   LlamaConfig c;
   c.architecture = f.get_string("general.architecture");
   if (c.architecture != "llama") {
-    throw Error("model '" + f.path() + "': architecture '" + c.architecture +
-                "' is not supported (supported: llama)");
+    throw Error("model '" + f.path() + "': architecture '" + c.architecture + "' is not supported (supported: llama)");
   }
   const std::string a = c.architecture + ".";
   auto get = [&](const std::string& key, uint64_t max) { return positive(f, a + key, f.get_u64(a + key), max); };
@@ -28,9 +27,8 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   c.intermediate_size = get("feed_forward_length", 1 << 18);
   c.num_hidden_layers = get("block_count", 1024);
   c.num_attention_heads = get("attention.head_count", 1024);
-  c.num_key_value_heads = f.find(a + "attention.head_count_kv")
-                              ? get("attention.head_count_kv", 1024)
-                              : c.num_attention_heads;
+  c.num_key_value_heads =
+      f.find(a + "attention.head_count_kv") ? get("attention.head_count_kv", 1024) : c.num_attention_heads;
   c.max_position_embeddings = get("context_length", uint64_t{1} << 24);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     throw Error("model '" + f.path() + "': head_count " + std::to_string(c.num_attention_heads) +

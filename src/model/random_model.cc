@@ -80,8 +80,7 @@ struct TensorPlan {
 };
 
 bool is_supported_dtype(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0;
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 || t == GgmlType::Q4_0;
 }
 
 // llama.cpp's `enum llama_ftype` value for a file whose matrices are mostly `t`.
@@ -151,7 +150,7 @@ Vocab read_vocab(const std::string& path) {
 }
 
 std::vector<std::pair<std::string, GgufValue>> model_metadata(const RandomModelSpec& spec, const ModelShape& s,
-                                                               const Vocab& vocab) {
+                                                              const Vocab& vocab) {
   auto u32 = [](int64_t x) { return GgufValue::u32(static_cast<uint32_t>(x)); };
   std::vector<std::pair<std::string, GgufValue>> kv = {
       {"general.architecture", GgufValue::str("llama")},
@@ -216,8 +215,7 @@ void encode_row(GgmlType type, const float* x, int64_t n, uint8_t* out) {
 constexpr int64_t kChunkBytes = int64_t{16} << 20;  // output bytes generated per write
 
 // Generates `t` in chunks of rows (split across the pool's threads) and hands each chunk to `out`.
-void stream_tensor(const TensorPlan& t, uint64_t seed, ThreadPool& pool, std::vector<uint8_t>& buf,
-                   GgufDataSink& out) {
+void stream_tensor(const TensorPlan& t, uint64_t seed, ThreadPool& pool, std::vector<uint8_t>& buf, GgufDataSink& out) {
   const uint64_t name_hash = fnv1a64(t.name);
   const int64_t cols = t.ne[0], row_bytes = t.row_bytes(), rows = t.rows();
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkBytes / row_bytes);
@@ -251,9 +249,9 @@ std::vector<std::string> known_model_shapes() {
 
 int64_t count_parameters(const ModelShape& s, int64_t vocab_size) {
   const int64_t h = s.hidden_size, q_dim = s.num_heads * s.head_dim(), kv_dim = s.num_kv_heads * s.head_dim();
-  const int64_t per_layer = 2 * h                       // attn_norm, ffn_norm
-                            + 2 * h * q_dim             // attn_q, attn_output
-                            + 2 * h * kv_dim            // attn_k, attn_v
+  const int64_t per_layer = 2 * h                           // attn_norm, ffn_norm
+                            + 2 * h * q_dim                 // attn_q, attn_output
+                            + 2 * h * kv_dim                // attn_k, attn_v
                             + 3 * h * s.intermediate_size;  // ffn_gate, ffn_up, ffn_down
   const int64_t embeddings = (s.tie_word_embeddings ? 1 : 2) * h * vocab_size;
   return embeddings + h + s.num_layers * per_layer;

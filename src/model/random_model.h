@@ -24,7 +24,7 @@ struct ModelShape {
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
-  int64_t context_length = 0;       // tokens; what the file records as llama.context_length
+  int64_t context_length = 0;  // tokens; what the file records as llama.context_length
   float rope_theta = 10000.0f;
   float rms_norm_eps = 1e-5f;
   bool tie_word_embeddings = false;  // no output.weight: the LM head reuses token_embd.weight
@@ -52,9 +52,9 @@ struct RandomModelSpec {
   std::string shape;               // a name from known_model_shapes()
   GgmlType dtype = GgmlType::F16;  // type of the 2-D weights: F32, F16, BF16, Q8_0 or Q4_0
   uint64_t seed = 0;
-  std::string vocab_path;          // GGUF whose tokenizer.* keys are copied (vocab size = its tokens)
-  int64_t num_layers = 0;          // 0: the shape's
-  int64_t context_length = 0;      // 0: the shape's
+  std::string vocab_path;      // GGUF whose tokenizer.* keys are copied (vocab size = its tokens)
+  int64_t num_layers = 0;      // 0: the shape's
+  int64_t context_length = 0;  // 0: the shape's
 };
 
 // Writes a GGUF v3 file at `path` (through `path`.tmp, renamed when complete).

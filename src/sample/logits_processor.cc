@@ -30,8 +30,8 @@ void PenaltyScratch::reset() {
 }
 
 void apply_bias_and_penalties(std::span<float> logits, const SamplingParams& params,
-                              std::span<const int32_t> prompt_token_ids,
-                              std::span<const int32_t> output_token_ids, PenaltyScratch& scratch) {
+                              std::span<const int32_t> prompt_token_ids, std::span<const int32_t> output_token_ids,
+                              PenaltyScratch& scratch) {
   const auto vocab_size = static_cast<int32_t>(logits.size());
   for (const auto& [id, bias] : params.logit_bias) {
     PAGELLM_CHECK(id >= 0 && id < vocab_size, "logit_bias id " + std::to_string(id) + " not validated");
@@ -42,8 +42,8 @@ void apply_bias_and_penalties(std::span<float> logits, const SamplingParams& par
   const float p = params.presence_penalty;
   if (r == 1.0f && f == 0.0f && p == 0.0f) return;
   // Repetition uses prompt tokens; frequency/presence do not, so skip the prompt walk if r == 1.
-  const auto seen = scratch.count(vocab_size, r != 1.0f ? prompt_token_ids : std::span<const int32_t>{},
-                                  output_token_ids);
+  const auto seen =
+      scratch.count(vocab_size, r != 1.0f ? prompt_token_ids : std::span<const int32_t>{}, output_token_ids);
   for (const int32_t id : seen) {
     float& logit = logits[id];
     if (r != 1.0f) logit = logit > 0.0f ? logit / r : logit * r;

@@ -41,7 +41,7 @@ class PenaltyScratch {
 // logits: [vocab_size]. Preconditions (PAGELLM_CHECK): params validated for this vocab_size;
 // every prompt / output token id in [0, vocab_size).
 void apply_bias_and_penalties(std::span<float> logits, const SamplingParams& params,
-                              std::span<const int32_t> prompt_token_ids,
-                              std::span<const int32_t> output_token_ids, PenaltyScratch& scratch);
+                              std::span<const int32_t> prompt_token_ids, std::span<const int32_t> output_token_ids,
+                              PenaltyScratch& scratch);
 
 }  // namespace pagellm

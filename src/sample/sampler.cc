@@ -150,7 +150,8 @@ int32_t Sampler::sample_random() {
     const auto keep = [&](int32_t id) { return probs_[id] >= threshold; };
     // Survivors of the sorted prefix are a prefix of it (the filter is monotone in the order),
     // and erase_if is stable, so they stay sorted and ahead of the rest.
-    num_sorted_ = static_cast<size_t>(std::count_if(ids_.begin(), ids_.begin() + static_cast<ptrdiff_t>(num_sorted_), keep));
+    num_sorted_ =
+        static_cast<size_t>(std::count_if(ids_.begin(), ids_.begin() + static_cast<ptrdiff_t>(num_sorted_), keep));
     std::erase_if(ids_, [&](int32_t id) { return !keep(id); });
   }
 
@@ -189,8 +190,8 @@ SampleResult Sampler::sample_with_logprobs(std::span<const float> logits, std::s
   const float log_normalizer = max_logit + static_cast<float>(std::log(sum));
   const float chosen_logit = logits[result.token_id];
   result.logprob = chosen_logit - log_normalizer;
-  result.rank = static_cast<int32_t>(std::count_if(logits.begin(), logits.end(),
-                                                   [&](float l) { return l >= chosen_logit; }));
+  result.rank =
+      static_cast<int32_t>(std::count_if(logits.begin(), logits.end(), [&](float l) { return l >= chosen_logit; }));
 
   if (params_.logprobs > 0) {
     PAGELLM_CHECK(params_.logprobs <= vocab_size_, "logprobs=" + std::to_string(params_.logprobs) + " not validated");
@@ -210,9 +211,9 @@ SampleResult Sampler::sample_with_logprobs(std::span<const float> logits, std::s
 std::vector<SampleResult> Sampler::sample_rows(std::span<const float> logits, int64_t num_rows,
                                                std::span<const int32_t> prompt_token_ids,
                                                std::span<const int32_t> output_token_ids, bool with_logprobs) {
-  PAGELLM_CHECK(num_rows > 0 && logits.size() % static_cast<size_t>(num_rows) == 0,
-                "logits.size()=" + std::to_string(logits.size()) + " is not num_rows=" + std::to_string(num_rows) +
-                    " rows");
+  PAGELLM_CHECK(
+      num_rows > 0 && logits.size() % static_cast<size_t>(num_rows) == 0,
+      "logits.size()=" + std::to_string(logits.size()) + " is not num_rows=" + std::to_string(num_rows) + " rows");
   const size_t vocab = logits.size() / static_cast<size_t>(num_rows);
   std::vector<SampleResult> results;
   results.reserve(static_cast<size_t>(num_rows));

@@ -108,22 +108,20 @@ class Sampler {
   // Precondition: num_sorted_ < ids_.size().
   void extend_sorted_prefix(double mass);
   int bin_of(int32_t id) const;  // logit bin of a candidate, 0 = within 1/16 nat of the max
-  void select_top_k(size_t k);    // keeps the k best of ids_, in token id order
-  bool better(int32_t a, int32_t b) const {
-    return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b);
-  }
+  void select_top_k(size_t k);   // keeps the k best of ids_, in token id order
+  bool better(int32_t a, int32_t b) const { return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b); }
 
   SamplingParams params_;
-  int32_t vocab_size_ = 0;     // set by the first call
+  int32_t vocab_size_ = 0;  // set by the first call
   Rng rng_;
   PenaltyScratch scratch_;
-  std::vector<float> logits_;  // [vocab_size] processed copy
-  std::vector<float> probs_;   // [vocab_size] unnormalised exp(logit - max), valid for ids_
-  std::vector<int32_t> ids_;   // [<= vocab_size] surviving candidates
-  size_t num_sorted_ = 0;      // ids_[0, num_sorted_) is in descending order and beats the rest
-  float max_logit_ = 0.0f;     // max of logits_ after temperature
-  std::vector<double> bin_mass_;   // [kNumBins] scratch for extend_sorted_prefix
-  std::vector<size_t> bin_count_;  // [kNumBins] scratch for select_top_k
+  std::vector<float> logits_;         // [vocab_size] processed copy
+  std::vector<float> probs_;          // [vocab_size] unnormalised exp(logit - max), valid for ids_
+  std::vector<int32_t> ids_;          // [<= vocab_size] surviving candidates
+  size_t num_sorted_ = 0;             // ids_[0, num_sorted_) is in descending order and beats the rest
+  float max_logit_ = 0.0f;            // max of logits_ after temperature
+  std::vector<double> bin_mass_;      // [kNumBins] scratch for extend_sorted_prefix
+  std::vector<size_t> bin_count_;     // [kNumBins] scratch for select_top_k
   std::vector<int32_t> rows_output_;  // sample_rows: output tokens plus the rows sampled so far
 };
 

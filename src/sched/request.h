@@ -12,12 +12,12 @@
 namespace pagellm {
 
 enum class RequestStatus {
-  kWaiting,           // in the waiting queue, never run or preempted (then num_computed_tokens = 0)
-  kRunning,           // holds KV blocks; in the running list
-  kFinishedStopped,   // EOS, a stop token or a stop string
-  kFinishedLength,    // max_tokens or the context length
-  kFinishedAborted,   // client abort or shutdown
-  kFinishedError,     // the request failed (no token could be sampled: RequestOutput::error)
+  kWaiting,          // in the waiting queue, never run or preempted (then num_computed_tokens = 0)
+  kRunning,          // holds KV blocks; in the running list
+  kFinishedStopped,  // EOS, a stop token or a stop string
+  kFinishedLength,   // max_tokens or the context length
+  kFinishedAborted,  // client abort or shutdown
+  kFinishedError,    // the request failed (no token could be sampled: RequestOutput::error)
 };
 
 // "stop" | "length" | "abort" | "error" | "" (not finished)
@@ -26,16 +26,16 @@ bool is_finished(RequestStatus s);
 
 struct Request {
   std::string request_id;
-  int32_t priority = 0;       // lower runs first
-  double arrival_time = 0;    // seconds; FCFS among equal priorities
+  int32_t priority = 0;     // lower runs first
+  double arrival_time = 0;  // seconds; FCFS among equal priorities
   std::vector<int32_t> prompt_token_ids;
   std::vector<int32_t> output_token_ids;
   int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   int32_t max_tokens = 0;           // new tokens allowed (already capped to the context)
   RequestStatus status = RequestStatus::kWaiting;
   int32_t num_preemptions = 0;
-  uint64_t prefix_root_hash = 0;    // KvCacheManager::root_hash(cache_salt)
-  int64_t num_cached_tokens = 0;    // prompt tokens served from the prefix cache at first admission
+  uint64_t prefix_root_hash = 0;  // KvCacheManager::root_hash(cache_salt)
+  int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
   // n > 1 leader not yet forked: members that will fork from it at its first token. Each holds a
   // running slot from the leader's admission on, so the forks never exceed max_num_seqs.
   int32_t num_fork_seats = 0;

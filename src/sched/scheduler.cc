@@ -153,7 +153,8 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
     PAGELLM_CHECK(r->num_computed_tokens <= r->num_tokens(), "computed past the tokens");
     // Blocks whose tokens are final become prefix-cache entries: K/V computed (never before the
     // forward) and no speculative token left to verify (a rejected one would be rolled back).
-    PAGELLM_CHECK(s.num_spec_tokens >= 0 && s.num_spec_tokens < s.num_scheduled_tokens, "speculative tail of the grant");
+    PAGELLM_CHECK(s.num_spec_tokens >= 0 && s.num_spec_tokens < s.num_scheduled_tokens,
+                  "speculative tail of the grant");
     const int64_t num_final = r->num_computed_tokens - s.num_spec_tokens;
     if (kv_.prefix_caching() && num_final / kv_.block_size() > kv_.num_hashed_blocks(r->request_id)) {
       kv_.cache_computed_blocks(r->request_id, r->all_token_ids(), num_final, r->prefix_root_hash);

@@ -10,11 +10,10 @@
 //      allocation retried; if the worst one is the request itself, it is preempted.
 //   2. if nothing was preempted: waiting requests, best first, while budget and max_num_seqs
 //      allow (a request takes 1 + num_fork_seats slots; running requests hold theirs the same
-//      way, so running + reserved fork seats <= max_num_seqs at all times): each first takes the longest chain of prefix-cached full blocks (at least one token
-//      is always left to compute), then gets a prefill chunk of min(remaining, budget_left) tokens
-//      (chunked prefill).
-//      A waiting request never preempts; if its blocks do not fit, admission stops (FCFS: no
-//      overtaking of the head of the queue).
+//      way, so running + reserved fork seats <= max_num_seqs at all times): each first takes the longest chain of
+//      prefix-cached full blocks (at least one token is always left to compute), then gets a prefill chunk of
+//      min(remaining, budget_left) tokens (chunked prefill). A waiting request never preempts; if its blocks do not
+//      fit, admission stops (FCFS: no overtaking of the head of the queue).
 // The scheduler decides and allocates; the engine runs the forward pass and then calls
 // on_step_done() to advance num_computed_tokens.
 #pragma once
@@ -52,8 +51,8 @@ struct ScheduledRequest {
 };
 
 struct SchedulerOutput {
-  std::vector<ScheduledRequest> scheduled;  // in running order
-  std::vector<std::string> preempted;       // preempted during this schedule()
+  std::vector<ScheduledRequest> scheduled;                  // in running order
+  std::vector<std::string> preempted;                       // preempted during this schedule()
   std::vector<std::pair<int32_t, int32_t>> blocks_to_copy;  // (src, dst): copy-on-write, before the forward
   int64_t num_scheduled_tokens = 0;
 };
@@ -106,8 +105,8 @@ class Scheduler {
   SchedulerLimits limits_;
   KvCacheManager& kv_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // every live request
-  std::vector<Request*> running_;  // sorted best first
-  std::vector<Request*> waiting_;  // sorted best first
+  std::vector<Request*> running_;                                       // sorted best first
+  std::vector<Request*> waiting_;                                       // sorted best first
   int64_t num_preemptions_ = 0;
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;

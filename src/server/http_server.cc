@@ -4,6 +4,7 @@
 // once (bytes a pipelining client sends meanwhile are kept for the next request).
 #include "server/http_server.h"
 
+#include <sys/resource.h>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -16,7 +17,6 @@
 #include <list>
 #include <optional>
 #include <sstream>
-#include <sys/resource.h>
 #include <thread>
 
 #include "core/error.h"
@@ -30,8 +30,8 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 namespace {
-constexpr size_t kHeaderLimit = 64 << 10;        // request line + headers, bytes
-constexpr size_t kMaxPipelinedBytes = 1 << 20;   // stop watching a connection beyond this
+constexpr size_t kHeaderLimit = 64 << 10;       // request line + headers, bytes
+constexpr size_t kMaxPipelinedBytes = 1 << 20;  // stop watching a connection beyond this
 constexpr auto kLingerTime = std::chrono::seconds(2);
 }  // namespace
 
@@ -139,7 +139,7 @@ class Session : public IdleConnection, public std::enable_shared_from_this<Sessi
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl* server_;
-  uint64_t serial_ = 0;       // exchange counter; stale Exchange handles compare unequal
+  uint64_t serial_ = 0;  // exchange counter; stale Exchange handles compare unequal
   bool in_exchange_ = false;
   bool keep_alive_ = false;
   unsigned version_ = 11;
@@ -148,8 +148,8 @@ class Session : public IdleConnection, public std::enable_shared_from_this<Sessi
   bool closed_ = false;
   bool lingering_ = false;  // half-closed, discarding input until the client closes
   bool watching_ = false;
-  bool head_ = false;  // the current request is HEAD: headers only
-  int64_t reserved_ = 0;  // body bytes reserved while the body is being received
+  bool head_ = false;         // the current request is HEAD: headers only
+  int64_t reserved_ = 0;      // body bytes reserved while the body is being received
   HeaderList extra_headers_;  // for the current exchange's response
   std::optional<std::list<std::weak_ptr<IdleConnection>>::iterator> idle_it_;
   std::function<void()> on_disconnect_;
@@ -259,8 +259,8 @@ void Session::read_body() {
     self->body_timer_.cancel();
     if (self->closed_ || self->body_timed_out_) return;  // evicted, or answered 408
     if (ec == http::error::body_limit) {
-      return self->fail_request(413, "request body larger than " +
-                                         std::to_string(self->server_->options.max_body_bytes) + " bytes");
+      return self->fail_request(
+          413, "request body larger than " + std::to_string(self->server_->options.max_body_bytes) + " bytes");
     }
     if (ec == beast::error::timeout || ec == http::error::end_of_stream || ec == net::error::connection_reset ||
         ec == net::error::eof) {
@@ -428,9 +428,8 @@ void Session::end_exchange() {
 void Session::start_watch() {
   if (watching_ || closed_ || buffer_.size() >= kMaxPipelinedBytes) return;
   watching_ = true;
-  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-    self->on_watch(ec, n);
-  });
+  stream_.async_read_some(buffer_.prepare(4096),
+                          [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_watch(ec, n); });
 }
 
 void Session::on_watch(beast::error_code ec, size_t n) {
@@ -509,9 +508,10 @@ void HttpServer::Impl::do_accept() {
       ApiError e(503, "too many open connections (" + std::to_string(max_connections) + "); retry later",
                  "service_unavailable");
       const std::string body = error_body(e);
-      const std::string bytes = "HTTP/1.1 503 Service Unavailable\r\nServer: pagellm\r\nContent-Type: "
-                                "application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
+      const std::string bytes =
+          "HTTP/1.1 503 Service Unavailable\r\nServer: pagellm\r\nContent-Type: "
+          "application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+          std::to_string(body.size()) + "\r\n\r\n" + body;
       socket.non_blocking(true, ignored);
       socket.write_some(net::buffer(bytes), ignored);
       socket.shutdown(tcp::socket::shutdown_send, ignored);
@@ -545,10 +545,9 @@ HttpServer::HttpServer(Options options, RequestHandler handler) : impl_(std::mak
   impl_->options = std::move(options);
   impl_->handler = std::move(handler);
   impl_->max_connections = impl_->options.max_connections;
-  impl_->max_body_bytes_in_flight =
-      impl_->options.max_body_bytes_in_flight > 0
-          ? impl_->options.max_body_bytes_in_flight
-          : std::max<int64_t>(int64_t{512} << 20, 16 * impl_->options.max_body_bytes);
+  impl_->max_body_bytes_in_flight = impl_->options.max_body_bytes_in_flight > 0
+                                        ? impl_->options.max_body_bytes_in_flight
+                                        : std::max<int64_t>(int64_t{512} << 20, 16 * impl_->options.max_body_bytes);
   if (impl_->max_connections <= 0) {
     rlimit rl{};
     const int64_t limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY

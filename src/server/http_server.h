@@ -67,8 +67,8 @@ class HttpServer {
  public:
   struct Options {
     std::string host = "127.0.0.1";
-    uint16_t port = 8000;               // 0: an ephemeral port (see port())
-    int64_t max_body_bytes = 1 << 20;   // larger bodies get 413 and the connection is closed
+    uint16_t port = 8000;              // 0: an ephemeral port (see port())
+    int64_t max_body_bytes = 1 << 20;  // larger bodies get 413 and the connection is closed
     int io_threads = 2;
     // Seconds for a request's headers to arrive (also the keep-alive idle time; past it the
     // connection is closed), then as long again for its body (past it: 408, then closed).
@@ -93,14 +93,14 @@ class HttpServer {
   // Descriptors left to the rest of the process when max_connections is derived from the limit.
   static constexpr int64_t kReservedFds = 64;
 
-  uint16_t port() const;  // the bound port
+  uint16_t port() const;            // the bound port
   int64_t max_connections() const;  // the cap in force
-  void start();           // starts accepting on io_threads threads
-  void stop_accepting();  // closes the listening socket; open connections keep being served
+  void start();                     // starts accepting on io_threads threads
+  void stop_accepting();            // closes the listening socket; open connections keep being served
   // Waits until no exchange is in progress (read but not completely answered), or the timeout.
   // Returns whether it became idle.
   bool wait_idle(double timeout_seconds);
-  void stop();            // stops the I/O threads and closes every connection
+  void stop();  // stops the I/O threads and closes every connection
 
   struct Impl;  // defined in http_server.cc (its sessions use it)
 

@@ -11,13 +11,13 @@ namespace {
 
 // Upper bounds, seconds. Finer at the low end than vLLM's: a small model on a CPU answers in
 // milliseconds.
-const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,  0.75,
                                           1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
-const std::vector<double> kTokenBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+const std::vector<double> kTokenBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,
                                            0.4,   0.5,    0.75,  1.0,  2.5,   5.0,  7.5,   10.0, 20.0, 40.0, 80.0};
-const std::vector<double> kRequestBuckets = {0.01, 0.025, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,   1.5,   2.0,   2.5,  5.0,
-                                             10.0, 15.0,  20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
-                                             1920.0, 7680.0};
+const std::vector<double> kRequestBuckets = {0.01, 0.025, 0.05,  0.1,   0.3,   0.5,    0.8,   1.0,  1.5,
+                                             2.0,  2.5,   5.0,   10.0,  15.0,  20.0,   30.0,  40.0, 50.0,
+                                             60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
 std::string num(double v) {
   char buf[64];
@@ -79,10 +79,14 @@ std::vector<uint64_t> Histogram::cumulative_counts() const {
 std::string escape_label_value(const std::string& v) {
   std::string out;
   for (char ch : v) {
-    if (ch == '\\') out += "\\\\";
-    else if (ch == '"') out += "\\\"";
-    else if (ch == '\n') out += "\\n";
-    else out += ch;
+    if (ch == '\\')
+      out += "\\\\";
+    else if (ch == '"')
+      out += "\\\"";
+    else if (ch == '\n')
+      out += "\\n";
+    else
+      out += ch;
   }
   return out;
 }
@@ -159,7 +163,8 @@ std::string ServerMetrics::render(const EngineStats& s) const {
            static_cast<double>(s.prefix_cache_queries));
   w.scalar("pagellm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache (tokens).",
            static_cast<double>(s.prefix_cache_hits));
-  w.scalar("pagellm:prefix_cache_hit_rate", "gauge", "prefix_cache_hits_total / prefix_cache_queries_total (0 before any query).",
+  w.scalar("pagellm:prefix_cache_hit_rate", "gauge",
+           "prefix_cache_hits_total / prefix_cache_queries_total (0 before any query).",
            s.prefix_cache_queries > 0 ? static_cast<double>(s.prefix_cache_hits) / s.prefix_cache_queries : 0.0);
   w.scalar("pagellm:num_cached_blocks", "gauge", "KV-cache blocks registered in the prefix cache (held or free).",
            static_cast<double>(s.num_cached_blocks));
@@ -178,9 +183,10 @@ std::string ServerMetrics::render(const EngineStats& s) const {
     w.sample("pagellm:http_errors_total", "status=\"" + std::to_string(status) + "\"", std::to_string(n));
   }
   w.histogram("pagellm:time_to_first_token_seconds", "Time from arrival to the first generated token, seconds.", ttft_);
-  w.histogram("pagellm:inter_token_latency_seconds", "Time between consecutive token outputs of a request, seconds.", itl_);
-  w.histogram("pagellm:time_per_output_token_seconds",
-              "Per request: decode time / (generated tokens - 1), seconds.", tpot_);
+  w.histogram("pagellm:inter_token_latency_seconds", "Time between consecutive token outputs of a request, seconds.",
+              itl_);
+  w.histogram("pagellm:time_per_output_token_seconds", "Per request: decode time / (generated tokens - 1), seconds.",
+              tpot_);
   w.histogram("pagellm:e2e_request_latency_seconds", "Time from arrival to finish, seconds.", e2e_);
   w.histogram("pagellm:request_queue_time_seconds", "Time from arrival to first scheduled, seconds.", queue_);
   w.histogram("pagellm:request_prefill_time_seconds", "Time from first scheduled to first token, seconds.", prefill_);

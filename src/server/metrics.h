@@ -58,8 +58,8 @@ class ServerMetrics {
   Histogram ttft_, itl_, tpot_, e2e_, queue_, prefill_, decode_;
   uint64_t prompt_tokens_ = 0;
   uint64_t generation_tokens_ = 0;
-  std::map<std::string, uint64_t> finished_;          // by finish_reason
-  std::map<int, uint64_t> http_errors_;               // by status
+  std::map<std::string, uint64_t> finished_;            // by finish_reason
+  std::map<int, uint64_t> http_errors_;                 // by status
   std::unordered_map<std::string, double> last_token_;  // live request id -> last token time
 };
 

@@ -39,10 +39,10 @@ inline constexpr int kMaxJsonDepth = 64;
 
 // What the parsers need to know about the served model.
 struct ModelInfo {
-  const Tokenizer* tokenizer = nullptr;  // not null
-  ChatFormat chat_format = ChatFormat::kFallback;  // of tokenizer.chat_template, detected once at start-up
-  std::string served_model_name;         // the only accepted `model` value
-  int32_t max_model_len = 0;             // context length, tokens (prompt + generated)
+  const Tokenizer* tokenizer = nullptr;                         // not null
+  ChatFormat chat_format = ChatFormat::kFallback;               // of tokenizer.chat_template, detected once at start-up
+  std::string served_model_name;                                // the only accepted `model` value
+  int32_t max_model_len = 0;                                    // context length, tokens (prompt + generated)
   int32_t max_sequences_per_request = kMaxSequencesPerRequest;  // prompts x best_of (serve --max-n)
 };
 
@@ -120,8 +120,8 @@ struct ChoiceResult {
   std::string text;                    // generated text (no echo)
   std::string finish_reason;           // "stop" | "length" | "abort"
   std::optional<std::string> stop_reason;
-  int32_t num_cached_tokens = 0;       // prompt tokens reused (prefix cache or parallel group)
-  double cumulative_logprob = 0;       // when best_of > n
+  int32_t num_cached_tokens = 0;  // prompt tokens reused (prefix cache or parallel group)
+  double cumulative_logprob = 0;  // when best_of > n
 };
 
 struct Usage {
@@ -139,19 +139,18 @@ std::vector<ChoiceResult> select_best_of(GenerationPlan& plan, std::vector<Choic
 
 // Non-streamed bodies: object "text_completion" / "chat.completion". choices[i] is choice i.
 ResponseJson completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
-                                   const Tokenizer& tokenizer);
+                                 const Tokenizer& tokenizer);
 ResponseJson chat_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
-                             const Tokenizer& tokenizer);
+                           const Tokenizer& tokenizer);
 
 // Streamed chunks. Completions: object "text_completion", choices [{index, text, logprobs,
 // finish_reason, stop_reason}]. Chat: object "chat.completion.chunk", choices [{index, delta,
 // logprobs, finish_reason, stop_reason}]. With include_usage every chunk carries "usage": null.
-ResponseJson completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
-                              ResponseJson logprobs, const std::optional<std::string>& finish_reason,
-                                const std::optional<std::string>& stop_reason);
+ResponseJson completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text, ResponseJson logprobs,
+                              const std::optional<std::string>& finish_reason,
+                              const std::optional<std::string>& stop_reason);
 ResponseJson chat_chunk(const GenerationPlan& plan, int32_t index, ResponseJson delta, ResponseJson logprobs,
-                          const std::optional<std::string>& finish_reason,
-                          const std::optional<std::string>& stop_reason);
+                        const std::optional<std::string>& finish_reason, const std::optional<std::string>& stop_reason);
 // The final chunk of stream_options.include_usage: empty choices and the usage.
 ResponseJson usage_chunk(const GenerationPlan& plan, const Usage& usage);
 
@@ -160,10 +159,10 @@ ResponseJson usage_chunk(const GenerationPlan& plan, const Usage& usage);
 // prompt logprobs). text_offset: byte offset in the choice's text, starting at *offset and
 // advancing by each token's piece length (updated, for the next streamed chunk).
 ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
-                                   std::span<const SampleResult> sampled, size_t* offset);
+                                 std::span<const SampleResult> sampled, size_t* offset);
 // Chat logprobs content [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}].
 ResponseJson chat_logprobs_content(const Tokenizer& tokenizer, std::span<const SampleResult> sampled,
-                                     int32_t top_logprobs);
+                                   int32_t top_logprobs);
 
 // ---- other endpoints ----
 

@@ -116,7 +116,7 @@ GenerationPlan parse_chat_request(const nlohmann::json& body, const ModelInfo& m
 }
 
 ResponseJson chat_logprobs_content(const Tokenizer& tokenizer, std::span<const SampleResult> sampled,
-                                     int32_t top_logprobs) {
+                                   int32_t top_logprobs) {
   auto entry = [&](int32_t id, float logprob) {
     const std::string piece = tokenizer.token_to_piece(id);
     ResponseJson bytes = ResponseJson::array();
@@ -137,7 +137,7 @@ ResponseJson chat_logprobs_content(const Tokenizer& tokenizer, std::span<const S
 }
 
 ResponseJson chat_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
-                             const Tokenizer& tokenizer) {
+                           const Tokenizer& tokenizer) {
   ResponseJson out = ResponseJson::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
@@ -150,27 +150,23 @@ ResponseJson chat_response(const GenerationPlan& plan, const std::vector<ChoiceR
                    {"stop_reason", optional_json(c.stop_reason)}});
   }
   const Usage u = plan_usage(plan, choices);
-  return {{"id", plan.id},
-          {"object", "chat.completion"},
-          {"created", plan.created},
-          {"model", plan.model},
-          {"choices", std::move(out)},
-          {"usage", usage_json(u)}};
+  return {{"id", plan.id},       {"object", "chat.completion"}, {"created", plan.created},
+          {"model", plan.model}, {"choices", std::move(out)},   {"usage", usage_json(u)}};
 }
 
 ResponseJson chat_chunk(const GenerationPlan& plan, int32_t index, ResponseJson delta, ResponseJson logprobs,
-                          const std::optional<std::string>& finish_reason,
-                          const std::optional<std::string>& stop_reason) {
+                        const std::optional<std::string>& finish_reason,
+                        const std::optional<std::string>& stop_reason) {
   ResponseJson choice = {{"index", index},
-                           {"delta", std::move(delta)},
-                           {"logprobs", std::move(logprobs)},
-                           {"finish_reason", optional_json(finish_reason)},
-                           {"stop_reason", optional_json(stop_reason)}};
+                         {"delta", std::move(delta)},
+                         {"logprobs", std::move(logprobs)},
+                         {"finish_reason", optional_json(finish_reason)},
+                         {"stop_reason", optional_json(stop_reason)}};
   ResponseJson chunk = {{"id", plan.id},
-                          {"object", "chat.completion.chunk"},
-                          {"created", plan.created},
-                          {"model", plan.model},
-                          {"choices", ResponseJson::array({std::move(choice)})}};
+                        {"object", "chat.completion.chunk"},
+                        {"created", plan.created},
+                        {"model", plan.model},
+                        {"choices", ResponseJson::array({std::move(choice)})}};
   if (plan.include_usage) chunk["usage"] = nullptr;
   return chunk;
 }

@@ -50,13 +50,14 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Fields& f, int32_t
       throw bad_request("'logit_bias' keys must be token ids, got " + brief(key), "logit_bias");
     }
     if (id < 0 || id >= vocab_size) {
-      throw bad_request("'logit_bias' token id " + key + " is outside the vocabulary [0, " +
-                            std::to_string(vocab_size) + ")",
-                        "logit_bias");
+      throw bad_request(
+          "'logit_bias' token id " + key + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")",
+          "logit_bias");
     }
     if (!value.is_number() || !std::isfinite(value.get<double>()) || std::fabs(value.get<double>()) > 100.0) {
-      throw bad_request("'logit_bias' values must be numbers in [-100, 100], got " + brief(value) + " for " + brief(key),
-                        "logit_bias");
+      throw bad_request(
+          "'logit_bias' values must be numbers in [-100, 100], got " + brief(value) + " for " + brief(key),
+          "logit_bias");
     }
     bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
   }
@@ -109,7 +110,8 @@ void check_model(const Fields& f, const ModelInfo& model) {
   const std::optional<std::string> name = f.string("model");
   if (name && *name != model.served_model_name) {
     const std::string shown = name->size() > 64 ? name->substr(0, 64) + "..." : *name;
-    throw ApiError(404, "The model '" + shown + "' does not exist; this server serves '" + model.served_model_name + "'",
+    throw ApiError(404,
+                   "The model '" + shown + "' does not exist; this server serves '" + model.served_model_name + "'",
                    "invalid_request_error", "model", "model_not_found");
   }
 }
@@ -125,7 +127,8 @@ CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool c
   }
   p.n = static_cast<int32_t>(f.integer("n", 1, kMaxN).value_or(1));
   p.stop = parse_stop(f);
-  if (const nlohmann::json* ids = f.get("stop_token_ids")) p.stop_token_ids = parse_token_ids(*ids, vocab_size, "stop_token_ids");
+  if (const nlohmann::json* ids = f.get("stop_token_ids"))
+    p.stop_token_ids = parse_token_ids(*ids, vocab_size, "stop_token_ids");
   p.ignore_eos = f.boolean("ignore_eos").value_or(false);
   p.stream = f.boolean("stream").value_or(false);
   if (const nlohmann::json* so = f.get("stream_options")) {
@@ -167,12 +170,12 @@ void check_prompt_bytes(std::span<const std::string_view> parts, size_t added_to
   if (at_least < static_cast<size_t>(model.max_model_len)) return;
   size_t bytes = 0;
   for (std::string_view part : parts) bytes += part.size();
-  throw bad_request("This model's maximum context length is " + std::to_string(model.max_model_len) +
-                        " tokens. However, the " + prompt_param + " (" + std::to_string(bytes) + " bytes) is at least " +
-                        std::to_string(at_least) + " tokens (no token of this model stands for more than " +
-                        std::to_string(model.tokenizer->max_token_bytes()) + " bytes). Please reduce the length of the " +
-                        prompt_param + ".",
-                    prompt_param, "context_length_exceeded");
+  throw bad_request(
+      "This model's maximum context length is " + std::to_string(model.max_model_len) + " tokens. However, the " +
+          prompt_param + " (" + std::to_string(bytes) + " bytes) is at least " + std::to_string(at_least) +
+          " tokens (no token of this model stands for more than " + std::to_string(model.tokenizer->max_token_bytes()) +
+          " bytes). Please reduce the length of the " + prompt_param + ".",
+      prompt_param, "context_length_exceeded");
 }
 
 size_t added_special_tokens(const Tokenizer& tok, bool add_special) {
@@ -187,9 +190,9 @@ int32_t checked_max_tokens(size_t prompt_len, const CommonParams& p, const Model
   if (len == 0) throw bad_request(std::string("'") + prompt_param + "' has no tokens", prompt_param);
   const int64_t max_tokens = p.max_tokens.value_or(default_max < 0 ? ctx - len : default_max);
   if (len >= ctx || len + max_tokens > ctx) {
-    throw bad_request("This model's maximum context length is " + std::to_string(ctx) + " tokens. However, you requested " +
-                          std::to_string(len + max_tokens) + " tokens (" + std::to_string(len) + " in the " +
-                          prompt_param + ", " + std::to_string(max_tokens) +
+    throw bad_request("This model's maximum context length is " + std::to_string(ctx) +
+                          " tokens. However, you requested " + std::to_string(len + max_tokens) + " tokens (" +
+                          std::to_string(len) + " in the " + prompt_param + ", " + std::to_string(max_tokens) +
                           " for the completion). Please reduce the length of the " + prompt_param + " or completion.",
                       p.max_tokens ? "max_tokens" : prompt_param, "context_length_exceeded");
   }
@@ -295,9 +298,8 @@ std::vector<ChoiceResult> select_best_of(GenerationPlan& plan, std::vector<Choic
   for (size_t p = 0; p * per_prompt < all.size(); ++p) {
     std::vector<size_t> order(per_prompt);
     for (size_t j = 0; j < per_prompt; ++j) order[j] = p * per_prompt + j;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return all[a].cumulative_logprob > all[b].cumulative_logprob;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return all[a].cumulative_logprob > all[b].cumulative_logprob; });
     for (size_t j = 0; j < per_prompt; ++j) {
       if (j < static_cast<size_t>(plan.n)) {
         kept.push_back(std::move(all[order[j]]));

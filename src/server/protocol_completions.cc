@@ -87,7 +87,7 @@ GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelI
 }
 
 ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
-                                   std::span<const SampleResult> sampled, size_t* offset) {
+                                 std::span<const SampleResult> sampled, size_t* offset) {
   ResponseJson tokens = ResponseJson::array(), token_logprobs = ResponseJson::array();
   ResponseJson top = ResponseJson::array(), text_offset = ResponseJson::array();
   auto add_token = [&](int32_t id) {
@@ -124,7 +124,7 @@ ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const int
 }
 
 ResponseJson completion_response(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices,
-                                   const Tokenizer& tokenizer) {
+                                 const Tokenizer& tokenizer) {
   ResponseJson out = ResponseJson::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
@@ -143,27 +143,23 @@ ResponseJson completion_response(const GenerationPlan& plan, const std::vector<C
                    {"stop_reason", optional_json(c.stop_reason)}});
   }
   const Usage u = plan_usage(plan, choices);
-  return {{"id", plan.id},
-          {"object", "text_completion"},
-          {"created", plan.created},
-          {"model", plan.model},
-          {"choices", std::move(out)},
-          {"usage", usage_json(u)}};
+  return {{"id", plan.id},       {"object", "text_completion"}, {"created", plan.created},
+          {"model", plan.model}, {"choices", std::move(out)},   {"usage", usage_json(u)}};
 }
 
-ResponseJson completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text,
-                                ResponseJson logprobs, const std::optional<std::string>& finish_reason,
-                                const std::optional<std::string>& stop_reason) {
+ResponseJson completion_chunk(const GenerationPlan& plan, int32_t index, const std::string& text, ResponseJson logprobs,
+                              const std::optional<std::string>& finish_reason,
+                              const std::optional<std::string>& stop_reason) {
   ResponseJson choice = {{"index", index},
-                           {"text", text},
-                           {"logprobs", std::move(logprobs)},
-                           {"finish_reason", optional_json(finish_reason)},
-                           {"stop_reason", optional_json(stop_reason)}};
+                         {"text", text},
+                         {"logprobs", std::move(logprobs)},
+                         {"finish_reason", optional_json(finish_reason)},
+                         {"stop_reason", optional_json(stop_reason)}};
   ResponseJson chunk = {{"id", plan.id},
-                          {"object", "text_completion"},
-                          {"created", plan.created},
-                          {"model", plan.model},
-                          {"choices", ResponseJson::array({std::move(choice)})}};
+                        {"object", "text_completion"},
+                        {"created", plan.created},
+                        {"model", plan.model},
+                        {"choices", ResponseJson::array({std::move(choice)})}};
   if (plan.include_usage) chunk["usage"] = nullptr;
   return chunk;
 }

@@ -107,14 +107,14 @@ struct CommonParams {
   SamplingParams sampling;            // logprobs left at -1; the endpoint sets it
   std::optional<int64_t> max_tokens;  // >= 1 when given
   int32_t n = 1;
-  std::vector<std::string> stop;      // non-empty strings
+  std::vector<std::string> stop;  // non-empty strings
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;
   int32_t priority = 0;
-  std::string cache_salt;             // prefix-cache namespace ("" = shared)
-  int32_t best_of = 0;                // completions: sequences per prompt (>= n); 0 = n
+  std::string cache_salt;  // prefix-cache namespace ("" = shared)
+  int32_t best_of = 0;     // completions: sequences per prompt (>= n); 0 = n
 };
 
 // 404 invalid_request_error, code model_not_found (as OpenAI and vLLM) when `model` is given and

@@ -40,12 +40,12 @@ ResponseJson detokenize_response(const nlohmann::json& body, const ModelInfo& mo
 
 ResponseJson models_response(const ModelInfo& model, int64_t created) {
   ResponseJson card = {{"id", model.served_model_name},
-                         {"object", "model"},
-                         {"created", created},
-                         {"owned_by", "pagellm"},
-                         {"root", model.served_model_name},
-                         {"parent", nullptr},
-                         {"max_model_len", model.max_model_len}};
+                       {"object", "model"},
+                       {"created", created},
+                       {"owned_by", "pagellm"},
+                       {"root", model.served_model_name},
+                       {"parent", nullptr},
+                       {"max_model_len", model.max_model_len}};
   return {{"object", "list"}, {"data", ResponseJson::array({std::move(card)})}};
 }
 

@@ -19,7 +19,7 @@ namespace {
 enum class Kind { kInline, kWorker };
 
 struct Route {
-  const char* path;  // exact, or a prefix when it ends with '/'
+  const char* path;     // exact, or a prefix when it ends with '/'
   const char* methods;  // "GET" routes answer HEAD too
   Kind kind;
 };
@@ -220,8 +220,9 @@ HttpResponse Routes::dispatch(HttpRequest& req, const std::shared_ptr<Exchange>&
   if (!req.origin.empty()) {
     if (!origin_allowed(req.origin, req.host)) {
       throw ApiError(403,
-                     "Origin '" + req.origin.substr(0, 256) + "' is not allowed; start the server with "
-                     "--allowed-origins to let a web page call it",
+                     "Origin '" + req.origin.substr(0, 256) +
+                         "' is not allowed; start the server with "
+                         "--allowed-origins to let a web page call it",
                      "invalid_request_error", std::nullopt, "origin_not_allowed");
     }
     ex->set_response_headers({{"Access-Control-Allow-Origin", req.origin}, {"Vary", "Origin"}});
@@ -303,9 +304,9 @@ void Routes::run_post(const HttpRequest& req, const std::shared_ptr<Exchange>& e
     if (path == "/detokenize") return answer(json_response(detokenize_response(parse_json_body(req.body), model_)));
     const auto body = parse_json_body(req.body);
     const int64_t now = std::time(nullptr);
-    auto plan = std::make_shared<GenerationPlan>(
-        path == "/v1/chat/completions" ? parse_chat_request(body, model_, random_id("chatcmpl-"), now)
-                                       : parse_completion_request(body, model_, random_id("cmpl-"), now));
+    auto plan = std::make_shared<GenerationPlan>(path == "/v1/chat/completions"
+                                                     ? parse_chat_request(body, model_, random_id("chatcmpl-"), now)
+                                                     : parse_completion_request(body, model_, random_id("cmpl-"), now));
     ex->post([this, ex, plan] {
       if (!ex->is_open()) return;  // the client left while its body was parsed
       try {

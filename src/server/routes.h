@@ -35,9 +35,9 @@ namespace pagellm::server {
 
 struct RoutesOptions {
   std::string served_model_name;
-  std::string api_key;                       // "" for none
-  std::string listen_host = "127.0.0.1";     // --host
-  std::vector<std::string> allowed_origins;  // --allowed-origins: "scheme://host[:port]" or "*"
+  std::string api_key;                                          // "" for none
+  std::string listen_host = "127.0.0.1";                        // --host
+  std::vector<std::string> allowed_origins;                     // --allowed-origins: "scheme://host[:port]" or "*"
   int32_t max_sequences_per_request = kMaxSequencesPerRequest;  // --max-n
 };
 

@@ -1,8 +1,8 @@
 #include "server/serve.h"
 
-#include <algorithm>
 #include <pthread.h>
 #include <sys/resource.h>
+#include <algorithm>
 
 #include <atomic>
 #include <cctype>
@@ -104,7 +104,7 @@ void raise_fd_limit() {
 std::unique_ptr<LLM> load_model(const ServeOptions& o) {
   log("loading model '" + o.engine.model_path + "'");
   auto llm = std::make_unique<LLM>(o.engine);  // opens the file once; plan_kv_cache sizes the pool
-  const auto& kv = llm->kv_cache();  // (engine/llm.h: the pool plan_kv_cache sized)
+  const auto& kv = llm->kv_cache();            // (engine/llm.h: the pool plan_kv_cache sized)
   const int64_t tokens = int64_t{kv.num_blocks()} * kv.block_size();
   char line[256];
   std::snprintf(line, sizeof line, "KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB (%s); context %lld tokens",
@@ -128,12 +128,14 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
 
 KvCacheMemory parse_kv_cache_memory(const std::string& text) {
   auto fail = [&]() -> KvCacheMemory {
-    throw Error("--kv-cache-memory: expected bytes (e.g. 1073741824, 64MiB, 1.5GiB) or a block count (e.g. 200blocks), got '" +
-                text + "'");
+    throw Error(
+        "--kv-cache-memory: expected bytes (e.g. 1073741824, 64MiB, 1.5GiB) or a block count (e.g. 200blocks), got '" +
+        text + "'");
   };
   std::string s;
   for (char ch : text) {
-    if (!std::isspace(static_cast<unsigned char>(ch))) s += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (!std::isspace(static_cast<unsigned char>(ch)))
+      s += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   }
   size_t used = 0;
   double value = 0;
@@ -150,10 +152,20 @@ KvCacheMemory parse_kv_cache_memory(const std::string& text) {
     m.blocks = static_cast<int64_t>(value);
     return m;
   }
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},      {"b", 1},         {"kb", 1e3},      {"mb", 1e6},      {"gb", 1e9},      {"tb", 1e12},
-      {"k", 1024.0}, {"kib", 1024.0}, {"m", 1048576.0}, {"mib", 1048576.0}, {"g", 1073741824.0},
-      {"gib", 1073741824.0}, {"t", 1099511627776.0}, {"tib", 1099511627776.0}};
+  static const std::pair<const char*, double> kUnits[] = {{"", 1},
+                                                          {"b", 1},
+                                                          {"kb", 1e3},
+                                                          {"mb", 1e6},
+                                                          {"gb", 1e9},
+                                                          {"tb", 1e12},
+                                                          {"k", 1024.0},
+                                                          {"kib", 1024.0},
+                                                          {"m", 1048576.0},
+                                                          {"mib", 1048576.0},
+                                                          {"g", 1073741824.0},
+                                                          {"gib", 1073741824.0},
+                                                          {"t", 1099511627776.0},
+                                                          {"tib", 1099511627776.0}};
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
     const double bytes = value * scale;
@@ -178,7 +190,8 @@ int run_serve(const ServeOptions& o) {
   const std::string name =
       o.served_model_name.empty() ? default_served_model_name(o.engine.model_path) : o.served_model_name;
   const EngineConfig& ec = o.engine;
-  InProcessEngineClient engine(load_model(o), SchedulerConfig{ec.max_num_seqs, ec.max_num_batched_tokens, ec.max_waiting});
+  InProcessEngineClient engine(load_model(o),
+                               SchedulerConfig{ec.max_num_seqs, ec.max_num_batched_tokens, ec.max_waiting});
   signals.loaded();
   ServerMetrics metrics(name);
   HttpServer::Options http;
@@ -200,9 +213,8 @@ int run_serve(const ServeOptions& o) {
   http.io_threads = o.io_threads;
   http.idle_timeout_seconds = o.timeout_seconds;
   http.on_status = [&metrics](int status) { metrics.on_http_status(status); };
-  HttpServer server(http, [&routes](HttpRequest req, std::shared_ptr<Exchange> ex) {
-    routes.handle(std::move(req), std::move(ex));
-  });
+  HttpServer server(
+      http, [&routes](HttpRequest req, std::shared_ptr<Exchange> ex) { routes.handle(std::move(req), std::move(ex)); });
   server.start();
   log("request bodies up to " + std::to_string(http.max_body_bytes) + " bytes; up to " +
       std::to_string(server.max_connections()) + " open connections");
@@ -215,7 +227,8 @@ int run_serve(const ServeOptions& o) {
         char b[32];
         std::snprintf(b, sizeof b, "%g", o.drain_timeout_seconds);
         return std::string(b);
-      }() + " s)");
+      }() +
+      " s)");
   routes.set_draining();
   server.stop_accepting();
   engine.drain(o.drain_timeout_seconds);

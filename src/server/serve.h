@@ -24,11 +24,11 @@ struct ServeOptions {
   // once from the command line, validated by LLM's constructor.
   EngineConfig engine = serve_engine_defaults();
   std::string host = "127.0.0.1";
-  uint16_t port = 8000;                  // 0: ephemeral (the log line names it)
-  int io_threads = 2;                    // HTTP I/O threads
-  int api_threads = 2;                   // threads that parse bodies and tokenise (WorkQueue)
-  int32_t api_queue = 0;                 // bodies waiting for those threads (0: max_waiting);
-                                         // they may hold 16 x max_body_bytes; beyond: 429
+  uint16_t port = 8000;   // 0: ephemeral (the log line names it)
+  int io_threads = 2;     // HTTP I/O threads
+  int api_threads = 2;    // threads that parse bodies and tokenise (WorkQueue)
+  int32_t api_queue = 0;  // bodies waiting for those threads (0: max_waiting);
+                          // they may hold 16 x max_body_bytes; beyond: 429
   // --max-n: the most sequences (prompts x best_of, i.e. x n) one HTTP request may start; more is
   // a 400. Default 64, the default --max-num-seqs: one request's sequences then fit one step's
   // batch, so its n children run side by side as in vLLM, and one request can take at most 1/16 of
@@ -36,12 +36,12 @@ struct ServeOptions {
   // min(max_n, max_waiting), so a request that could never enter the queue is a 400, not a 429
   // that no retry can cure.
   int32_t max_n = 64;
-  std::string api_key;                   // "" : no authentication
-  std::string served_model_name;         // "" : the model file name without ".gguf"
-  int64_t max_body_bytes = 0;            // 0: default_max_body_bytes(max_model_len)
+  std::string api_key;                       // "" : no authentication
+  std::string served_model_name;             // "" : the model file name without ".gguf"
+  int64_t max_body_bytes = 0;                // 0: default_max_body_bytes(max_model_len)
   std::vector<std::string> allowed_origins;  // CORS: origins whose pages may call the API ("*": any)
   double drain_timeout_seconds = 30;
-  double timeout_seconds = 60;           // --timeout: HttpServer::Options::idle_timeout_seconds
+  double timeout_seconds = 60;  // --timeout: HttpServer::Options::idle_timeout_seconds
 };
 
 // A --kv-cache-memory value: exactly one of the two is > 0.

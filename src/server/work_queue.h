@@ -39,7 +39,7 @@ class WorkQueue {
 
   size_t max_queued() const { return max_queued_; }
   int64_t max_queued_bytes() const { return max_queued_bytes_; }
-  size_t num_queued() const;  // jobs waiting now (thread-safe; for metrics)
+  size_t num_queued() const;     // jobs waiting now (thread-safe; for metrics)
   int64_t num_rejected() const;  // try_submit refusals since start
 
  private:

@@ -71,13 +71,13 @@ PreTokenizer::PreTokenizer(const std::vector<std::string>& regexes) {
     auto re = std::make_unique<Regex>();
     int err = 0;
     PCRE2_SIZE err_off = 0;
-    re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                             PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
+    re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                             &err_off, nullptr);
     if (re->code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof(msg));
-      throw Error("pre-tokenizer regex '" + pattern + "' does not compile at offset " +
-                  std::to_string(err_off) + ": " + reinterpret_cast<const char*>(msg));
+      throw Error("pre-tokenizer regex '" + pattern + "' does not compile at offset " + std::to_string(err_off) + ": " +
+                  reinterpret_cast<const char*>(msg));
     }
     re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
     regexes_.push_back(std::move(re));
@@ -116,8 +116,8 @@ int match_at(const pcre2_code* code, std::string_view subject, size_t start, pcr
 void split_piece(const pcre2_code* code, pcre2_match_data* md, std::string_view text, Span piece,
                  std::vector<Span>* out) {
   const std::string_view subject = text.substr(piece.begin, piece.end - piece.begin);
-  size_t pos = 0;       // where the next search starts
-  size_t emitted = 0;   // end of what was already appended
+  size_t pos = 0;      // where the next search starts
+  size_t emitted = 0;  // end of what was already appended
   while (pos <= subject.size()) {
     const int rc = match_at(code, subject, pos, md);
     if (rc == PCRE2_ERROR_NOMATCH) break;

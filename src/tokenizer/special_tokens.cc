@@ -14,9 +14,8 @@ SpecialTokenSplitter::SpecialTokenSplitter(const Vocab& vocab) : vocab_(vocab) {
   for (int32_t id = 0; id < vocab.size(); ++id) {
     if (vocab.has_attr(id, kCandidateAttrs)) candidates_.push_back(id);
   }
-  std::stable_sort(candidates_.begin(), candidates_.end(), [&](int32_t a, int32_t b) {
-    return vocab.text(a).size() > vocab.text(b).size();
-  });
+  std::stable_sort(candidates_.begin(), candidates_.end(),
+                   [&](int32_t a, int32_t b) { return vocab.text(a).size() > vocab.text(b).size(); });
 
   trie_.emplace_back();
   for (int32_t id : candidates_) {

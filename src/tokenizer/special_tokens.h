@@ -40,7 +40,7 @@ class SpecialTokenSplitter {
  private:
   struct TrieNode {
     std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte
-    int32_t token = -1;                                  // candidate ending here
+    int32_t token = -1;                                 // candidate ending here
   };
   int32_t child(int32_t node, uint8_t byte) const;
 

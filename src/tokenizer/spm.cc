@@ -23,10 +23,10 @@ namespace {
 
 // A run of bytes of the text; merged symbols have n == 0 and are unlinked.
 struct Symbol {
-  int prev;     // index of the previous live symbol, -1 at the start
-  int next;     // index of the next live symbol, -1 at the end
-  size_t begin; // byte offset into the text
-  size_t n;     // bytes
+  int prev;      // index of the previous live symbol, -1 at the start
+  int next;      // index of the next live symbol, -1 at the end
+  size_t begin;  // byte offset into the text
+  size_t n;      // bytes
 };
 
 struct Bigram {

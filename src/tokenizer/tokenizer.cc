@@ -81,9 +81,7 @@ void Tokenizer::check_id(int32_t id) const {
   }
 }
 
-bool Tokenizer::is_control(int32_t id) const {
-  return vocab_->valid(id) && vocab_->has_attr(id, token_attr::kControl);
-}
+bool Tokenizer::is_control(int32_t id) const { return vocab_->valid(id) && vocab_->has_attr(id, token_attr::kControl); }
 
 const std::string& Tokenizer::token_text(int32_t id) const {
   check_id(id);

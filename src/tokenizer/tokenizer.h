@@ -35,16 +35,16 @@ class SpecialTokenSplitter;
 
 // The tokenizer metadata as plain values (what from_gguf reads; tests build it directly).
 struct TokenizerConfig {
-  std::string model;                  // tokenizer.ggml.model: "llama" or "gpt2"
-  std::optional<std::string> pre;     // tokenizer.ggml.pre (gpt2 only; absent -> "default")
-  std::vector<std::string> tokens;    // tokenizer.ggml.tokens [vocab_size]
-  std::vector<float> scores;          // tokenizer.ggml.scores [vocab_size] or empty
-  std::vector<int64_t> token_types;   // tokenizer.ggml.token_type [vocab_size] or empty (all normal)
-  std::vector<std::string> merges;    // tokenizer.ggml.merges (gpt2: required)
+  std::string model;                 // tokenizer.ggml.model: "llama" or "gpt2"
+  std::optional<std::string> pre;    // tokenizer.ggml.pre (gpt2 only; absent -> "default")
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens [vocab_size]
+  std::vector<float> scores;         // tokenizer.ggml.scores [vocab_size] or empty
+  std::vector<int64_t> token_types;  // tokenizer.ggml.token_type [vocab_size] or empty (all normal)
+  std::vector<std::string> merges;   // tokenizer.ggml.merges (gpt2: required)
   std::optional<int64_t> bos_id, eos_id, eot_id, eom_id, unk_id, pad_id;
   std::optional<int64_t> fim_pad_id, fim_rep_id, fim_sep_id;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
-  std::string model_name;             // general.name (llama.cpp keys a Phi-3 quirk on it)
+  std::string model_name;  // general.name (llama.cpp keys a Phi-3 quirk on it)
 };
 
 class Tokenizer {

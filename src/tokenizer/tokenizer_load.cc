@@ -30,22 +30,57 @@ std::optional<bool> opt_bool(const GgufFile& f, const std::string& key) {
 }
 
 // Texts llama.cpp treats as end-of-generation (and forces to control type).
-constexpr std::array<std::string_view, 22> kEogTexts = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~["};
+constexpr std::array<std::string_view, 22> kEogTexts = {"<|eot_id|>",
+                                                        "<|im_end|>",
+                                                        "<|end|>",
+                                                        "<|return|>",
+                                                        "<|call|>",
+                                                        "<|flush|>",
+                                                        "<|calls|>",
+                                                        "<end_of_turn>",
+                                                        "<|endoftext|>",
+                                                        "</s>",
+                                                        "<|eom_id|>",
+                                                        "<EOT>",
+                                                        "_<EOT>",
+                                                        "[EOT]",
+                                                        "[EOS]",
+                                                        "<|end_of_text|>",
+                                                        "<end_of_utterance>",
+                                                        "<eos>",
+                                                        "<turn|>",
+                                                        "<|tool_response>",
+                                                        "<\xEF\xBD\x9C"
+                                                        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                                                        "[e~["};
 
 // FIM-looking texts llama.cpp forces to control type; pad/repo/file-sep ones are also EOG.
-constexpr std::array<std::string_view, 18> kFimTexts = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-    "<PRE>", "\xE2\x96\x81<PRE>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "<SUF>", "\xE2\x96\x81<SUF>", "<|fim_middle|>",
-    "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>",
-    "\xE2\x96\x81<MID>"};
-constexpr std::array<std::string_view, 11> kFimEogTexts = {
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
-    "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"};
+constexpr std::array<std::string_view, 18> kFimTexts = {"<|fim_prefix|>",
+                                                        "<fim-prefix>",
+                                                        "<fim_prefix>",
+                                                        "<\xEF\xBD\x9C"
+                                                        "fim\xE2\x96\x81"
+                                                        "begin\xEF\xBD\x9C>",
+                                                        "<PRE>",
+                                                        "\xE2\x96\x81<PRE>",
+                                                        "<|fim_suffix|>",
+                                                        "<fim-suffix>",
+                                                        "<fim_suffix>",
+                                                        "<\xEF\xBD\x9C"
+                                                        "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
+                                                        "<SUF>",
+                                                        "\xE2\x96\x81<SUF>",
+                                                        "<|fim_middle|>",
+                                                        "<fim-middle>",
+                                                        "<fim_middle>",
+                                                        "<\xEF\xBD\x9C"
+                                                        "fim\xE2\x96\x81"
+                                                        "end\xEF\xBD\x9C>",
+                                                        "<MID>",
+                                                        "\xE2\x96\x81<MID>"};
+constexpr std::array<std::string_view, 11> kFimEogTexts = {"<|fim_pad|>", "<fim-pad>",    "<fim_pad>",     "<PAD>",
+                                                           "[PAD]",       "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                                           "<REPO>",      "<reponame>",   "<|file_sep|>"};
 
 bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
@@ -94,8 +129,8 @@ void Tokenizer::init(TokenizerConfig& c) {
   if (n == 0) throw Error("tokenizer.ggml.tokens is empty");
   if (n > static_cast<size_t>(INT32_MAX)) throw Error("tokenizer.ggml.tokens has too many entries");
   if (!c.scores.empty() && c.scores.size() < n) {
-    throw Error("tokenizer.ggml.scores has " + std::to_string(c.scores.size()) + " entries for " +
-                std::to_string(n) + " tokens");
+    throw Error("tokenizer.ggml.scores has " + std::to_string(c.scores.size()) + " entries for " + std::to_string(n) +
+                " tokens");
   }
   if (!c.token_types.empty() && c.token_types.size() < n) {
     throw Error("tokenizer.ggml.token_type has " + std::to_string(c.token_types.size()) + " entries for " +

@@ -47,8 +47,8 @@ uint32_t decode_utf8(std::string_view text, size_t* offset) {
   }
   if ((b0 & 0xF8) == 0xF0 && is_cont(text, i + 1) && is_cont(text, i + 2) && is_cont(text, i + 3)) {
     *offset += 4;
-    return ((b0 & 0x07u) << 18) | ((byte_at(text, i + 1) & 0x3Fu) << 12) |
-           ((byte_at(text, i + 2) & 0x3Fu) << 6) | (byte_at(text, i + 3) & 0x3Fu);
+    return ((b0 & 0x07u) << 18) | ((byte_at(text, i + 1) & 0x3Fu) << 12) | ((byte_at(text, i + 2) & 0x3Fu) << 6) |
+           (byte_at(text, i + 3) & 0x3Fu);
   }
   *offset += 1;  // continuation byte, truncated sequence or 0xF8..0xFF
   return kReplacementChar;
@@ -126,8 +126,6 @@ const ByteTables& byte_tables() {
 
 const std::array<std::string, 256>& byte_to_unicode() { return byte_tables().to_unicode; }
 
-int unicode_to_byte(uint32_t cpt) {
-  return cpt < byte_tables().to_byte.size() ? byte_tables().to_byte[cpt] : -1;
-}
+int unicode_to_byte(uint32_t cpt) { return cpt < byte_tables().to_byte.size() ? byte_tables().to_byte[cpt] : -1; }
 
 }  // namespace pagellm::unicode

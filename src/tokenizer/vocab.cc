@@ -26,7 +26,8 @@ Vocab::Vocab(std::vector<std::string> texts, std::vector<float> scores, std::vec
   for (size_t i = 0; i < texts_.size(); ++i) {
     if (texts_[i].empty()) texts_[i] = "[EMPTY_" + std::to_string(i) + "]";
   }
-  for (size_t i = 0; i < texts_.size(); ++i) ids_.insert_or_assign(std::string_view(texts_[i]), static_cast<int32_t>(i));
+  for (size_t i = 0; i < texts_.size(); ++i)
+    ids_.insert_or_assign(std::string_view(texts_[i]), static_cast<int32_t>(i));
 }
 
 }  // namespace pagellm

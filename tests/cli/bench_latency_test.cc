@@ -24,8 +24,8 @@ struct CliRun {
 CliRun run_latency(const std::string& args, const std::string& probe_mib = "8", const std::string& env = "") {
   const std::string out = testing::TempDir() + "bench_latency_out.txt";
   const std::string err = testing::TempDir() + "bench_latency_err.txt";
-  const std::string cmd = env + " " + std::string(PAGELLM_BINARY) + " bench latency -m " + kModel + " --probe-mib " + probe_mib + " --threads 2 " +
-                          args + " > " + out + " 2> " + err;
+  const std::string cmd = env + " " + std::string(PAGELLM_BINARY) + " bench latency -m " + kModel + " --probe-mib " +
+                          probe_mib + " --threads 2 " + args + " > " + out + " 2> " + err;
   const int status = std::system(cmd.c_str());
   auto slurp = [](const std::string& path) {
     std::ifstream in(path);

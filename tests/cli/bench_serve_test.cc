@@ -16,9 +16,9 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
@@ -30,7 +30,7 @@ namespace {
 
 TEST(BenchServeStats, PercentileMatchesNumpyLinear) {
   const std::vector<double> v = {10, 1, 9, 2, 8, 3, 7, 4, 6, 5};
-  EXPECT_DOUBLE_EQ(percentile(v, 50), 5.5);   // numpy.percentile(range(1, 11), 50)
+  EXPECT_DOUBLE_EQ(percentile(v, 50), 5.5);     // numpy.percentile(range(1, 11), 50)
   EXPECT_NEAR(percentile(v, 99), 9.91, 1e-12);  // 1 + 9 * 0.99
   EXPECT_DOUBLE_EQ(percentile(v, 0), 1);
   EXPECT_DOUBLE_EQ(percentile(v, 100), 10);
@@ -310,8 +310,8 @@ class FakeServer {
     bool send_usage = true;
     int status = 200;
     std::chrono::milliseconds token_gap{2};
-    int cached_tokens = -1;  // >= 0: usage.prompt_tokens_details.cached_tokens
-    int max_model_len = 0;   // > 0: in the model card of GET /v1/models
+    int cached_tokens = -1;   // >= 0: usage.prompt_tokens_details.cached_tokens
+    int max_model_len = 0;    // > 0: in the model card of GET /v1/models
     int tokens_per_word = 0;  // > 0: POST /tokenize answers {"count": words x this}
   };
   explicit FakeServer(Options o) : opt_(o), acceptor_(io_, {net::ip::make_address("127.0.0.1"), 0}) {
@@ -476,8 +476,8 @@ TEST(BenchServeRun, FixedConcurrencyAgainstFakeServer) {
 
   const nlohmann::json j = nlohmann::json::parse(metrics_json(cfg, run));
   for (const char* k : {"request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
-                        "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms",
-                        "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms"}) {
+                        "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+                        "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms"}) {
     EXPECT_TRUE(j.contains(k) && j[k].is_number()) << k;
   }
 }

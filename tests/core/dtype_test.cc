@@ -21,11 +21,11 @@ TEST(Dtype, Fp16RoundTripsEveryHalf) {
 
 TEST(Dtype, Fp16RoundsToNearestEven) {
   EXPECT_EQ(fp16_to_fp32(0x3c00), 1.0f);
-  EXPECT_EQ(fp32_to_fp16(1.0f + 1.0f / 2048), 0x3c00);          // tie -> even (down)
-  EXPECT_EQ(fp32_to_fp16(1.0f + 3.0f / 2048), 0x3c02);          // tie -> even (up)
-  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7c00);                    // overflow to inf
+  EXPECT_EQ(fp32_to_fp16(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even (down)
+  EXPECT_EQ(fp32_to_fp16(1.0f + 3.0f / 2048), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7c00);            // overflow to inf
   EXPECT_EQ(fp32_to_fp16(65519.0f), 0x7bff);
-  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);       // half of min subnormal: tie -> 0
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // half of min subnormal: tie -> 0
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
   EXPECT_EQ(fp32_to_fp16(-2.0f), 0xc000);
 }

@@ -245,7 +245,6 @@ TEST(EngineCore, RejectsBadRequests) {
   EXPECT_EQ(res.at("ok").finish_reason, "length");
 }
 
-
 // Text held back at the end of a request (a proper prefix of a stop string, or the first bytes of
 // a UTF-8 character) is released when the request ends by max_tokens, EOS or a stop token id:
 // in the streamed deltas (their concatenation) and in the final output. The tokens are forced
@@ -259,7 +258,7 @@ EngineRequest forced(const std::string& id, int32_t first, int32_t second, int32
 }
 
 struct Finished {
-  Result streamed;         // every delta concatenated
+  Result streamed;          // every delta concatenated
   std::string final_delta;  // the delta of the finished output
   std::optional<std::string> stop_reason;
 };
@@ -285,10 +284,14 @@ std::map<std::string, Finished> run_collect(test::TextEngine& core) {
 TEST(EngineCore, HeldBackTextIsReleasedWhenTheRequestEnds) {
   auto llm = load(0);
   const Tokenizer& tk = llm->tokenizer();
-  const std::optional<int32_t> word = tk.find_token("\xE2\x96\x81" "happy");  // "▁happy"
+  const std::optional<int32_t> word = tk.find_token(
+      "\xE2\x96\x81"
+      "happy");  // "▁happy"
   const std::optional<int32_t> b_e2 = tk.find_token("<0xE2>");
   const std::optional<int32_t> b_82 = tk.find_token("<0x82>");
-  const std::optional<int32_t> other = tk.find_token("\xE2\x96\x81" "day");  // "▁day"
+  const std::optional<int32_t> other = tk.find_token(
+      "\xE2\x96\x81"
+      "day");  // "▁day"
   ASSERT_TRUE(word && b_e2 && b_82 && other);
   const int32_t eos = tk.eos_id();
   ASSERT_TRUE(tk.is_eog(eos));
@@ -324,9 +327,9 @@ TEST(EngineCore, HeldBackTextIsReleasedWhenTheRequestEnds) {
     size_t tokens;
   };
   const std::vector<Want> wants = {
-      {"stop-prefix/length", piece, "length", 1},  {"stop-prefix/eos", piece, "stop", 2},
-      {"stop-prefix/stop-id", piece, "stop", 2},   {"utf8/eos", "\xE2", "stop", 2},
-      {"utf8/length", "\xE2\x82", "length", 2},    {"utf8/stop-id", "\xE2", "stop", 2},
+      {"stop-prefix/length", piece, "length", 1}, {"stop-prefix/eos", piece, "stop", 2},
+      {"stop-prefix/stop-id", piece, "stop", 2},  {"utf8/eos", "\xE2", "stop", 2},
+      {"utf8/length", "\xE2\x82", "length", 2},   {"utf8/stop-id", "\xE2", "stop", 2},
   };
   for (const Want& w : wants) {
     SCOPED_TRACE(w.id);

@@ -44,19 +44,47 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 // The accessors on a parsed file may also only throw pagellm::Error.
 void exercise(const GgufFile& f) {
-  std::vector<std::string> keys = {"general.architecture", "general.alignment", "llama.block_count",
-                                   "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
-                                   "tokenizer.ggml.token_type", "llama.attention.layer_norm_rms_epsilon"};
+  std::vector<std::string> keys = {"general.architecture",
+                                   "general.alignment",
+                                   "llama.block_count",
+                                   "tokenizer.ggml.tokens",
+                                   "tokenizer.ggml.scores",
+                                   "tokenizer.ggml.token_type",
+                                   "llama.attention.layer_norm_rms_epsilon"};
   for (const auto& kv : f.metadata()) keys.push_back(kv.first);
   for (const std::string& k : keys) {
-    try { (void)f.get_string_opt(k); } catch (const Error&) {}
-    try { (void)f.get_u64_opt(k); } catch (const Error&) {}
-    try { (void)f.get_i64(k); } catch (const Error&) {}
-    try { (void)f.get_f32(k, 0.0f); } catch (const Error&) {}
-    try { (void)f.get_bool(k, false); } catch (const Error&) {}
-    try { (void)f.get_string_array(k); } catch (const Error&) {}
-    try { (void)f.get_f32_array(k); } catch (const Error&) {}
-    try { (void)f.get_int_array(k); } catch (const Error&) {}
+    try {
+      (void)f.get_string_opt(k);
+    } catch (const Error&) {
+    }
+    try {
+      (void)f.get_u64_opt(k);
+    } catch (const Error&) {
+    }
+    try {
+      (void)f.get_i64(k);
+    } catch (const Error&) {
+    }
+    try {
+      (void)f.get_f32(k, 0.0f);
+    } catch (const Error&) {
+    }
+    try {
+      (void)f.get_bool(k, false);
+    } catch (const Error&) {
+    }
+    try {
+      (void)f.get_string_array(k);
+    } catch (const Error&) {
+    }
+    try {
+      (void)f.get_f32_array(k);
+    } catch (const Error&) {
+    }
+    try {
+      (void)f.get_int_array(k);
+    } catch (const Error&) {
+    }
   }
   for (const GgufTensorInfo& t : f.tensors()) {
     EXPECT_LE(f.data_offset() + t.offset + t.size_bytes, f.file_size()) << t.name;

@@ -8,8 +8,8 @@
 
 #include <chrono>
 #include <cstring>
-#include <future>
 #include <fstream>
+#include <future>
 #include <random>
 
 #include "core/error.h"
@@ -69,8 +69,8 @@ TEST(Gguf, WriterRoundTripsEveryValueType) {
   w.set("b", GgufValue::boolean(true));
   w.set("s", GgufValue::str("héllo"));
   w.set("arr", GgufValue::array(GgufValueType::STRING, {GgufValue::str("a"), GgufValue::str("")}));
-  w.set("nested", GgufValue::array(GgufValueType::ARRAY,
-                                   {GgufValue::array(GgufValueType::INT32, {GgufValue::i32(7)})}));
+  w.set("nested",
+        GgufValue::array(GgufValueType::ARRAY, {GgufValue::array(GgufValueType::INT32, {GgufValue::i32(7)})}));
   std::vector<uint8_t> t0(3 * 4 * 4);
   for (size_t i = 0; i < t0.size(); ++i) t0[i] = static_cast<uint8_t>(i);
   w.add_tensor("t0", GgmlType::F32, {4, 3}, t0);
@@ -163,7 +163,8 @@ TEST(Gguf, CorruptHeadersGiveNamedErrors) {
   expect_error(b, "tok");
   // Key type corrupted.
   auto kpos = std::search(good.begin(), good.end(), std::begin("general.architecture"),
-                          std::begin("general.architecture") + 20) - good.begin();
+                          std::begin("general.architecture") + 20) -
+              good.begin();
   b = good;
   b[kpos + 20] = 77;
   expect_error(b, "general.architecture");

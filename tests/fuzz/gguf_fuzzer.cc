@@ -167,13 +167,25 @@ void check_file(const GgufFile& f, size_t size) {
     exercise_accessors(f, key);
   }
   static const char* const kWellKnown[] = {
-      "general.architecture", "general.name", "general.alignment", "general.file_type",
-      "llama.block_count", "llama.context_length", "llama.embedding_length",
-      "llama.attention.head_count", "llama.attention.head_count_kv",
-      "llama.attention.layer_norm_rms_epsilon", "llama.rope.freq_base",
-      "tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
-      "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
-      "tokenizer.ggml.add_bos_token", "no.such.key",
+      "general.architecture",
+      "general.name",
+      "general.alignment",
+      "general.file_type",
+      "llama.block_count",
+      "llama.context_length",
+      "llama.embedding_length",
+      "llama.attention.head_count",
+      "llama.attention.head_count_kv",
+      "llama.attention.layer_norm_rms_epsilon",
+      "llama.rope.freq_base",
+      "tokenizer.ggml.model",
+      "tokenizer.ggml.tokens",
+      "tokenizer.ggml.scores",
+      "tokenizer.ggml.token_type",
+      "tokenizer.ggml.merges",
+      "tokenizer.ggml.bos_token_id",
+      "tokenizer.ggml.add_bos_token",
+      "no.such.key",
   };
   for (const char* key : kWellKnown) exercise_accessors(f, key);
 
@@ -206,7 +218,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error& e) {
     // Malformed input rejected cleanly: the expected outcome. The documented contract (gguf.h) is
     // that the message names the file, so users can tell which model is broken.
-    if (std::strstr(e.what(), "fuzz-input") == nullptr) bug(std::string("error message does not name the file: ") + e.what());
+    if (std::strstr(e.what(), "fuzz-input") == nullptr)
+      bug(std::string("error message does not name the file: ") + e.what());
     return 0;
   }
   if (!f) bug("parse returned null");

@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
     w.set("bool", GgufValue::boolean(true));
     w.set("str.empty", GgufValue::str(""));
     w.set("str.utf8", GgufValue::str("h\xc3\xa9llo \xe2\x96\x81world"));
-    w.set("arr.u8", GgufValue::array(GgufValueType::UINT8, {{GgufValueType::UINT8, uint64_t{1}},
-                                                           {GgufValueType::UINT8, uint64_t{255}}}));
+    w.set("arr.u8", GgufValue::array(GgufValueType::UINT8,
+                                     {{GgufValueType::UINT8, uint64_t{1}}, {GgufValueType::UINT8, uint64_t{255}}}));
     w.set("arr.i64", GgufValue::array(GgufValueType::INT64, {{GgufValueType::INT64, int64_t{-1}}}));
     w.set("arr.f64", GgufValue::array(GgufValueType::FLOAT64, {{GgufValueType::FLOAT64, 0.5}}));
     w.set("arr.bool", GgufValue::array(GgufValueType::BOOL, {GgufValue::boolean(false), GgufValue::boolean(true)}));

@@ -27,7 +27,7 @@ struct Fixture {
   int64_t num_kv_heads, head_dim, block_size, max_blocks;
   std::vector<int64_t> seq_lens;
   std::vector<uint8_t> k_cache, v_cache;
-  std::vector<int32_t> block_tables;            // [num_seqs, max_blocks]
+  std::vector<int32_t> block_tables;                 // [num_seqs, max_blocks]
   std::vector<std::vector<float>> dense_k, dense_v;  // per seq: [len, num_kv_heads, head_dim], as stored
   KvLayerView kv;
 
@@ -189,18 +189,19 @@ TEST_P(AttentionTest, BatchAndThreadInvariance) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, AttentionTest,
-    ::testing::Values(AttnCase{GgmlType::F32, 4, 4, 8, 4}, AttnCase{GgmlType::F32, 8, 2, 64, 16},
-                      AttnCase{GgmlType::F32, 6, 3, 80, 16}, AttnCase{GgmlType::F32, 4, 1, 128, 16},
-                      AttnCase{GgmlType::F16, 4, 4, 8, 4}, AttnCase{GgmlType::F16, 8, 2, 64, 16},
-                      AttnCase{GgmlType::F16, 6, 3, 80, 16}, AttnCase{GgmlType::F16, 4, 1, 128, 16},
-                      AttnCase{GgmlType::F32, 2, 2, 20, 3}),
-    [](const ::testing::TestParamInfo<AttnCase>& info) {
-      const AttnCase& c = info.param;
-      return type_name(c.dtype) + "_h" + std::to_string(c.num_heads) + "_kv" + std::to_string(c.num_kv_heads) + "_d" +
-             std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size);
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttnCase{GgmlType::F32, 4, 4, 8, 4}, AttnCase{GgmlType::F32, 8, 2, 64, 16},
+                                           AttnCase{GgmlType::F32, 6, 3, 80, 16},
+                                           AttnCase{GgmlType::F32, 4, 1, 128, 16}, AttnCase{GgmlType::F16, 4, 4, 8, 4},
+                                           AttnCase{GgmlType::F16, 8, 2, 64, 16}, AttnCase{GgmlType::F16, 6, 3, 80, 16},
+                                           AttnCase{GgmlType::F16, 4, 1, 128, 16},
+                                           AttnCase{GgmlType::F32, 2, 2, 20, 3}),
+                         [](const ::testing::TestParamInfo<AttnCase>& info) {
+                           const AttnCase& c = info.param;
+                           return type_name(c.dtype) + "_h" + std::to_string(c.num_heads) + "_kv" +
+                                  std::to_string(c.num_kv_heads) + "_d" + std::to_string(c.head_dim) + "_bs" +
+                                  std::to_string(c.block_size);
+                         });
 
 // Contexts longer than one online-softmax tile (64 keys): a 300-key prefill (every tile edge:
 // positions 63, 64, 127, 128, ... and a partial last tile) and a 130-key chunk, against dense

@@ -168,7 +168,8 @@ TEST_P(MatmulTest, GetRowReadsEitherLayout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
-                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0),
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                                           GgmlType::Q4_0),
                          [](const ::testing::TestParamInfo<GgmlType>& info) { return type_name(info.param); });
 
 // Layouts that cannot be repacked, or read, stop the program (programming errors, PAGELLM_CHECK).

@@ -141,7 +141,8 @@ TEST(Quants, QuantizeDequantizeErrorBound) {
       const int64_t i = b * 32 + j;
       EXPECT_LE(std::fabs(x[i] - d8[i]), amax / 127 * 0.5f + amax * 0x1p-11f * 1.01f + amax * 1e-6f) << i;
       const bool clamped = std::fabs(x[i]) > amax * (7.5f / 8.0f);
-      EXPECT_LE(std::fabs(x[i] - d4[i]), amax / 8 * (clamped ? 1.0f : 0.5f) + amax * 0x1p-11f * 1.01f + amax * 1e-6f) << i;
+      EXPECT_LE(std::fabs(x[i] - d4[i]), amax / 8 * (clamped ? 1.0f : 0.5f) + amax * 0x1p-11f * 1.01f + amax * 1e-6f)
+          << i;
     }
   }
 }

@@ -85,7 +85,10 @@ TEST(RmsNormQ8_0, EqualsNormThenQuantizeAndFeedsMatmulTheSameBits) {
 
 TEST(Rope, MatchesGgmlThetaRecurrenceAndFastIsBitIdentical) {
   Rng rng(12);
-  struct Case { int64_t heads, head_dim, n_dims, pos; float base; };
+  struct Case {
+    int64_t heads, head_dim, n_dims, pos;
+    float base;
+  };
   for (const Case c : {Case{1, 8, 8, 0, 10000.0f}, Case{3, 64, 64, 17, 10000.0f}, Case{2, 80, 32, 513, 500000.0f},
                        Case{4, 128, 128, 4095, 10000.0f}, Case{2, 128, 64, 3, 1e6f}}) {
     const std::vector<float> x = rng.vec(c.heads * c.head_dim);

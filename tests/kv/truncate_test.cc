@@ -45,7 +45,7 @@ TEST(KvTruncate, ToZeroReleasesEveryBlockAndTheTableCanGrowAgain) {
   ASSERT_TRUE(m.allocate_slots("b", 3));   // block 3
   m.truncate("a", 0);
   EXPECT_TRUE(m.block_table("a").empty());
-  EXPECT_EQ(m.num_requests(), 2);  // a is still known
+  EXPECT_EQ(m.num_requests(), 2);                                        // a is still known
   EXPECT_EQ(m.pool().free_queue(), (std::vector<int32_t>{4, 2, 1, 0}));  // last block first
   expect_pool_invariants(m, {"a", "b"});
   ASSERT_TRUE(m.allocate_slots("a", 5));

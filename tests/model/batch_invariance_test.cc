@@ -3,10 +3,10 @@
 // Model: a random-weight 2-layer GQA model (tiny-gqa) with a real SPM vocabulary.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <unistd.h>
 
 #include <random>
 #include <tuple>
@@ -47,8 +47,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // Runs `prompts` to completion with the given chunk size, `group` sequences per forward pass,
 // then `decode_steps` greedy decode steps with all sequences batched. Returns per sequence the
 // logits of every prompt position followed by every decode step.
-std::vector<std::vector<float>> run(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                    size_t chunk, size_t group, int decode_steps, int32_t block_size = 16) {
+std::vector<std::vector<float>> run(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts, size_t chunk,
+                                    size_t group, int decode_steps, int32_t block_size = 16) {
   test::ModelHarness h(model, 256, block_size);
   const int64_t vocab = model.config().vocab_size;
   std::vector<std::vector<float>> out(prompts.size());
@@ -120,7 +120,8 @@ TEST_P(BatchInvariance, AloneVsBatchedVsChunked) {
 
 // tiny-gqa-wide: on AVX2 CPUs its weights are repacked at load (block sums, sequential floats).
 INSTANTIATE_TEST_SUITE_P(Dtypes, BatchInvariance,
-                         ::testing::Combine(::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0),
+                         ::testing::Combine(::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0,
+                                                              GgmlType::Q4_0),
                                             ::testing::Values(std::string("tiny-gqa"), std::string("tiny-gqa-wide"))),
                          [](const auto& info) {
                            std::string shape = std::get<1>(info.param);

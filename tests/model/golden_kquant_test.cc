@@ -58,8 +58,9 @@ TEST(GoldenKquant, RepackedPathAgreesWithLlamaCpp) {
       total_required += a.required;
       max_dlogit = std::max(max_dlogit, a.max_dlogit);
     }
-    std::printf("[ golden ] kquant %s (%s): %d/384 leading greedy ids agree (%d required), max |dlogit| %.3g (tol %.3g)\n",
-                kind, kernels::isa_name(kernels::default_isa()), total_agree, total_required, max_dlogit, tol);
+    std::printf(
+        "[ golden ] kquant %s (%s): %d/384 leading greedy ids agree (%d required), max |dlogit| %.3g (tol %.3g)\n",
+        kind, kernels::isa_name(kernels::default_isa()), total_agree, total_required, max_dlogit, tol);
   }
 }
 

@@ -109,7 +109,8 @@ TEST_F(GoldenF32, ChunkedPrefillIsBitIdentical) {
 TEST(GoldenQuantized, AgreementWithLlamaCppWithinTolerance) {
   const json golden = load_golden();
   ThreadPool pool(2);
-  for (const auto& [kind, tol] : {std::pair{"f16", kF16Tol}, std::pair{"q8_0", kQuantTol}, std::pair{"q4_0", kQuantTol}}) {
+  for (const auto& [kind, tol] :
+       {std::pair{"f16", kF16Tol}, std::pair{"q8_0", kQuantTol}, std::pair{"q4_0", kQuantTol}}) {
     SCOPED_TRACE(kind);
     auto file = GgufFile::open(test::testdata(std::string("stories260K/stories260K-") + kind + ".gguf"));
     LlamaModel model(*file, &pool);
@@ -124,8 +125,9 @@ TEST(GoldenQuantized, AgreementWithLlamaCppWithinTolerance) {
       total_agree += a.agreed;
       max_dlogit = std::max(max_dlogit, a.max_dlogit);
     }
-    std::printf("[ golden ] %s: leading ids agreeing (required) per prompt:%s, total %d/384, max |dlogit| %.3g (tol %.3g)\n",
-                kind, per_prompt.c_str(), total_agree, max_dlogit, tol);
+    std::printf(
+        "[ golden ] %s: leading ids agreeing (required) per prompt:%s, total %d/384, max |dlogit| %.3g (tol %.3g)\n",
+        kind, per_prompt.c_str(), total_agree, max_dlogit, tol);
   }
 }
 

@@ -101,8 +101,11 @@ void expect_model_file(const std::string& path, const std::string& shape_name, G
   EXPECT_FLOAT_EQ(f->get_f32("llama.rope.freq_base"), s.rope_theta);
   EXPECT_FLOAT_EQ(f->get_f32("llama.attention.layer_norm_rms_epsilon"), s.rms_norm_eps);
   const uint64_t ftype = f->get_u64("general.file_type");
-  EXPECT_EQ(ftype, dtype == GgmlType::F32 ? 0u : dtype == GgmlType::F16 ? 1u : dtype == GgmlType::Q4_0 ? 2u
-                   : dtype == GgmlType::Q8_0 ? 7u : 32u);
+  EXPECT_EQ(ftype, dtype == GgmlType::F32    ? 0u
+                   : dtype == GgmlType::F16  ? 1u
+                   : dtype == GgmlType::Q4_0 ? 2u
+                   : dtype == GgmlType::Q8_0 ? 7u
+                                             : 32u);
 
   // tokenizer.* keys: the vocab file's, verbatim and in its order.
   std::vector<const std::pair<std::string, GgufValue>*> expect_tok, got_tok;
@@ -291,8 +294,12 @@ TEST_F(RandomModelTest, BytesEqualThoseOfTheFormerSerializer) {
 }
 
 TEST_F(RandomModelTest, LayerOverrideKeepsSharedTensors) {
-  RandomModelSpec spec{.shape = "tiny-gqa", .dtype = GgmlType::F32, .seed = 5, .vocab_path = spm_vocab(),
-                       .num_layers = 1, .context_length = 100};
+  RandomModelSpec spec{.shape = "tiny-gqa",
+                       .dtype = GgmlType::F32,
+                       .seed = 5,
+                       .vocab_path = spm_vocab(),
+                       .num_layers = 1,
+                       .context_length = 100};
   const std::string one = (dir_ / "one.gguf").string();
   write_random_model(spec, one);
   const std::string two = write("tiny-gqa", GgmlType::F32, 5, "two.gguf");

@@ -115,7 +115,8 @@ TEST(SamplerDistributionTest, MatchesTruncatedSoftmax) {
     p.top_p = c.top_p;
     p.min_p = c.min_p;
     const auto expected = reference_probs(kLogits, p);
-    const auto support = static_cast<size_t>(std::count_if(expected.begin(), expected.end(), [](double x) { return x > 0; }));
+    const auto support =
+        static_cast<size_t>(std::count_if(expected.begin(), expected.end(), [](double x) { return x > 0; }));
     EXPECT_EQ(support, c.expected_support);
     EXPECT_EQ(mismatch(empirical(p), expected), "");
   }

@@ -75,16 +75,16 @@ struct Case {
 
 TEST(SamplerOracleTest, SameDrawsAsFullSortReference) {
   const Case cases[] = {
-      {1000, 3.0f, 1.0f, 0, 1.0f, 0.0f},     {1000, 3.0f, 0.3f, 0, 0.95f, 0.0f},
-      {1000, 0.1f, 2.0f, 0, 0.5f, 0.0f},     {1000, 40.0f, 0.5f, 100, 1.0f, 0.0f},  // > 64 nats range
-      {5000, 1.0f, 1.0f, 7, 0.9f, 0.01f},    {5000, 2.0f, 1.0f, 4000, 0.99f, 0.0f},
+      {1000, 3.0f, 1.0f, 0, 1.0f, 0.0f},       {1000, 3.0f, 0.3f, 0, 0.95f, 0.0f},
+      {1000, 0.1f, 2.0f, 0, 0.5f, 0.0f},       {1000, 40.0f, 0.5f, 100, 1.0f, 0.0f},  // > 64 nats range
+      {5000, 1.0f, 1.0f, 7, 0.9f, 0.01f},      {5000, 2.0f, 1.0f, 4000, 0.99f, 0.0f},
       {128 * 1024, 3.0f, 1.0f, 0, 1.0f, 0.0f}, {128 * 1024, 3.0f, 0.8f, 50, 0.9f, 0.05f},
       {128 * 1024, 3.0f, 1.0f, 0, 0.9f, 0.0f}, {128 * 1024, 0.5f, 1.0f, 0, 0.999f, 0.0f},
   };
   uint64_t seed = 0;
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "vocab " << c.vocab << " scale " << c.scale << " T " << c.temperature
-                                      << " k " << c.top_k << " p " << c.top_p << " min_p " << c.min_p);
+    SCOPED_TRACE(::testing::Message() << "vocab " << c.vocab << " scale " << c.scale << " T " << c.temperature << " k "
+                                      << c.top_k << " p " << c.top_p << " min_p " << c.min_p);
     std::mt19937_64 gen(++seed);
     std::normal_distribution<float> normal(0.0f, c.scale);
     std::vector<float> logits(c.vocab);

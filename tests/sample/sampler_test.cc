@@ -253,8 +253,8 @@ TEST(LogprobsTest, TopLogprobsSortedTiesByIdAndConsistent) {
     EXPECT_LE(mass, 1.0 + 1e-6);
     EXPECT_GT(mass, 0.9);  // these four hold ~97% of the mass
     EXPECT_NEAR(r.logprob, ref[r.token_id], 1e-5);
-    const auto expected_rank = std::count_if(logits.begin(), logits.end(),
-                                             [&](float l) { return l >= logits[r.token_id]; });
+    const auto expected_rank =
+        std::count_if(logits.begin(), logits.end(), [&](float l) { return l >= logits[r.token_id]; });
     EXPECT_EQ(r.rank, expected_rank);
   }
 }

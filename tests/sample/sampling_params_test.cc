@@ -21,8 +21,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 struct BadCase {
   const char* name;
   std::function<void(SamplingParams&)> mutate;
-  const char* field;  // must appear in the message
-  const char* value;  // must appear in the message
+  const char* field;         // must appear in the message
+  const char* value;         // must appear in the message
   bool needs_vocab = false;  // only validate(vocab_size) can see it, not Sampler's constructor
 };
 
@@ -67,12 +67,31 @@ TEST(SamplingParamsTest, BadValuesThrowNamingFieldAndValue) {
       {"frequency < -2", [](SamplingParams& p) { p.frequency_penalty = -3.0f; }, "frequency_penalty", "-3"},
       {"logprobs -2", [](SamplingParams& p) { p.logprobs = -2; }, "logprobs", "-2"},
       {"logprobs > vocab", [](SamplingParams& p) { p.logprobs = kVocab + 1; }, "logprobs", "101", true},
-      {"bias id < 0", [](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias", "-1"},
-      {"bias id == vocab", [](SamplingParams& p) { p.logit_bias = {{kVocab, 1.0f}}; }, "logit_bias", "100", true},
-      {"bias nan", [](SamplingParams& p) { p.logit_bias = {{3, kNaN}}; }, "logit_bias", "nan"},
-      {"bias -inf", [](SamplingParams& p) { p.logit_bias = {{3, -kInf}}; }, "logit_bias", "inf"},
-      {"bias duplicate id", [](SamplingParams& p) { p.logit_bias = {{7, 1.0f}, {2, 1.0f}, {7, 2.0f}}; }, "logit_bias",
-       "7"},
+      {"bias id < 0",
+       [](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       },
+       "logit_bias", "-1"},
+      {"bias id == vocab",
+       [](SamplingParams& p) {
+         p.logit_bias = {{kVocab, 1.0f}};
+       },
+       "logit_bias", "100", true},
+      {"bias nan",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, kNaN}};
+       },
+       "logit_bias", "nan"},
+      {"bias -inf",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, -kInf}};
+       },
+       "logit_bias", "inf"},
+      {"bias duplicate id",
+       [](SamplingParams& p) {
+         p.logit_bias = {{7, 1.0f}, {2, 1.0f}, {7, 2.0f}};
+       },
+       "logit_bias", "7"},
   };
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.name);

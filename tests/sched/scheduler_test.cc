@@ -101,8 +101,8 @@ TEST(Scheduler, PriorityOrderThenFcfs) {
 TEST(Scheduler, WaitingRequestDoesNotOvertakeOrPreempt) {
   KvCacheManager kv(3, 4);
   Scheduler s({8, 100}, kv);
-  s.add_request(make("a", 8, 1));   // 2 blocks
-  s.add_request(make("big", 8, 2)); // needs 2, only 1 left
+  s.add_request(make("a", 8, 1));    // 2 blocks
+  s.add_request(make("big", 8, 2));  // needs 2, only 1 left
   s.add_request(make("small", 2, 3));
   auto o = s.schedule();
   EXPECT_EQ(grants(o), (Grants{{"a", 8}}));  // FCFS: small does not jump ahead of big
@@ -120,7 +120,7 @@ TEST(Scheduler, PreemptsLatestByRecomputeAndResumes) {
   s.add_request(make("b", 7, 2));
   auto o1 = s.schedule();
   EXPECT_EQ(grants(o1), (Grants{{"a", 7}, {"b", 7}}));
-  finish_step(s, o1);  // a, b: 8 tokens each, 7 computed
+  finish_step(s, o1);      // a, b: 8 tokens each, 7 computed
   auto o2 = s.schedule();  // both decode token 8: fits (2 blocks each)
   EXPECT_EQ(grants(o2), (Grants{{"a", 1}, {"b", 1}}));
   finish_step(s, o2);  // 9 tokens each: a needs a 3rd block, none free
@@ -233,7 +233,7 @@ TEST(SchedulerPrefix, PreemptedRequestResumesFromTheCache) {
   ASSERT_EQ(o2.scheduled.size(), 1u);
   EXPECT_EQ(o2.scheduled[0].request->request_id, "b");
   EXPECT_EQ(o2.scheduled[0].num_scheduled_tokens, 12 - 8);  // 2 of b's own blocks were cached
-  EXPECT_EQ(s.find("b")->num_cached_tokens, 0);  // reported for the first admission only
+  EXPECT_EQ(s.find("b")->num_cached_tokens, 0);             // reported for the first admission only
 }
 
 }  // namespace

@@ -160,7 +160,8 @@ TEST(ChatTemplateRender, NoGenerationPrompt) {
   const std::vector<ChatMessage> m = {{"user", "Hi"}};
   EXPECT_EQ(render_chat(ChatFormat::kChatML, m, false, "", ""), "<|im_start|>user\nHi<|im_end|>\n");
   EXPECT_EQ(render_chat(ChatFormat::kGemma, m, false, "<bos>", ""), "<bos><start_of_turn>user\nHi<end_of_turn>\n");
-  EXPECT_EQ(render_chat(ChatFormat::kLlama3, m, false, "", ""), "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+  EXPECT_EQ(render_chat(ChatFormat::kLlama3, m, false, "", ""),
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
 }
 
 TEST(ChatTemplateRender, SystemOnlyBecomesUserTurn) {

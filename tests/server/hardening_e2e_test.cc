@@ -79,24 +79,26 @@ TEST(ServeHardening, ForeignHostAndOriginAre403UnlessAllowed) {
   const std::string p = std::to_string(port);
   const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
   const std::string json_ct = "Content-Type: application/json";
-  for (const std::string& host : std::vector<std::string>{"127.0.0.1", "127.0.0.1:" + p, "localhost:" + p, "LOCALHOST", "[::1]:" + p,
-                                 "app.localhost:" + p, "10.1.2.3:" + p}) {
+  for (const std::string& host : std::vector<std::string>{"127.0.0.1", "127.0.0.1:" + p, "localhost:" + p, "LOCALHOST",
+                                                          "[::1]:" + p, "app.localhost:" + p, "10.1.2.3:" + p}) {
     SCOPED_TRACE(host);
     EXPECT_EQ(raw_http(port, post_text("/v1/completions", body, {"Host: " + host, json_ct})).status, 200);
   }
-  for (const std::string& host : std::vector<std::string>{"evil.example", "evil.example:" + p, "127.0.0.1.evil.example", ""}) {
+  for (const std::string& host :
+       std::vector<std::string>{"evil.example", "evil.example:" + p, "127.0.0.1.evil.example", ""}) {
     SCOPED_TRACE(host);
     const HttpResult r = raw_http(port, post_text("/v1/completions", body, {"Host: " + host, json_ct}));
     EXPECT_EQ(r.status, 403) << r.body;
     expect_error_body(r, "host_not_allowed");
   }
   // The browser says where the page came from.
-  const HttpResult foreign =
-      raw_http(port, post_text("/v1/completions", body, {"Host: 127.0.0.1:" + p, json_ct, "Origin: https://evil.example"}));
+  const HttpResult foreign = raw_http(
+      port, post_text("/v1/completions", body, {"Host: 127.0.0.1:" + p, json_ct, "Origin: https://evil.example"}));
   EXPECT_EQ(foreign.status, 403) << foreign.body;
   expect_error_body(foreign, "origin_not_allowed");
-  EXPECT_EQ(raw_http(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://evil.example\r\n"
-                           "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n")
+  EXPECT_EQ(raw_http(port,
+                     "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://evil.example\r\n"
+                     "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n")
                 .status,
             403);
   // Same origin (a page served from this host:port) is fine.
@@ -112,29 +114,30 @@ TEST(ServeHardening, AllowedOriginsGetCors) {
   const int port = server.port();
   const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
   HttpResult pre = raw_http(port,
-                                  "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://ui.example\r\n"
-                                  "Access-Control-Request-Method: POST\r\n"
-                                  "Access-Control-Request-Headers: content-type, authorization\r\nConnection: close\r\n\r\n");
+                            "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://ui.example\r\n"
+                            "Access-Control-Request-Method: POST\r\n"
+                            "Access-Control-Request-Headers: content-type, authorization\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(pre.status, 204);
   EXPECT_EQ(pre.headers["access-control-allow-origin"], "https://ui.example");
   EXPECT_NE(pre.headers["access-control-allow-methods"].find("POST"), std::string::npos);
   EXPECT_NE(pre.headers["access-control-allow-headers"].find("authorization"), std::string::npos);
   // The page's own request, and a Host that names the allowed origin's host.
-  HttpResult r = raw_http(port, post_text("/v1/completions", body,
-                                                {"Host: ui.example", "Content-Type: application/json",
-                                                 "Origin: https://ui.example"}));
+  HttpResult r =
+      raw_http(port, post_text("/v1/completions", body,
+                               {"Host: ui.example", "Content-Type: application/json", "Origin: https://ui.example"}));
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["access-control-allow-origin"], "https://ui.example");
   // Streams carry the header too.
-  HttpResult s = raw_http(port, post_text("/v1/completions", R"({"prompt": "Once", "max_tokens": 2, "stream": true})",
-                                                {"Host: 127.0.0.1", "Content-Type: application/json",
-                                                 "Origin: http://127.0.0.1:3000"}));
+  HttpResult s =
+      raw_http(port, post_text("/v1/completions", R"({"prompt": "Once", "max_tokens": 2, "stream": true})",
+                               {"Host: 127.0.0.1", "Content-Type: application/json", "Origin: http://127.0.0.1:3000"}));
   EXPECT_EQ(s.status, 200);
   EXPECT_EQ(s.headers["access-control-allow-origin"], "http://127.0.0.1:3000");
-  EXPECT_EQ(raw_http(port, post_text("/v1/completions", body,
-                                     {"Host: 127.0.0.1", "Content-Type: application/json", "Origin: https://other.example"}))
-                .status,
-            403);
+  EXPECT_EQ(
+      raw_http(port, post_text("/v1/completions", body,
+                               {"Host: 127.0.0.1", "Content-Type: application/json", "Origin: https://other.example"}))
+          .status,
+      403);
   EXPECT_EQ(server.stop(), 0);
 }
 
@@ -150,10 +153,12 @@ TEST(ServeHardening, SmallRoutesClientsExpect) {
   EXPECT_EQ(head.status, 200);
   EXPECT_EQ(head.headers["content-length"], std::to_string(health.body.size()));
   EXPECT_EQ(head.body, "");
-  const HttpResult head_models = raw_http(port, "HEAD /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  const HttpResult head_models =
+      raw_http(port, "HEAD /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(head_models.status, 200);
   EXPECT_EQ(head_models.body, "");
-  EXPECT_EQ(raw_http(port, "HEAD /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").status, 405);
+  EXPECT_EQ(raw_http(port, "HEAD /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").status,
+            405);
 
   const HttpResult card = http(port, "GET", "/v1/models/stories260K");
   ASSERT_EQ(card.status, 200) << card.body;
@@ -205,8 +210,8 @@ TEST(ServeHardening, TokenizeThenDetokenizeIsTheIdentity) {
 // order of the keys as sent, read with an order-preserving JSON.
 TEST(ServeHardening, CompletionsTopLogprobsAreBestFirst) {
   ServerProcess server({});
-  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"logprobs", 5}, {"temperature", 1.0},
-                     {"seed", 7}};
+  const json body = {
+      {"prompt", "Once upon a time"}, {"max_tokens", 8}, {"logprobs", 5}, {"temperature", 1.0}, {"seed", 7}};
   auto check = [](const nlohmann::ordered_json& logprobs, int* entries) {
     for (const auto& top : logprobs["top_logprobs"]) {
       double prev = 1;
@@ -314,18 +319,20 @@ TEST(ServeHardening, HttpFramingAndHeaderEdgeCases) {
   const std::string close = "Connection: close\r\n\r\n";
   EXPECT_EQ(raw_http(port, get_health + "Host: 127.0.0.1\r\nX-Big: " + std::string(70000, 'a') + "\r\n" + close).status,
             431);
-  EXPECT_EQ(raw_http(port, get_health + close).status, 400);  // HTTP/1.1 without Host
+  EXPECT_EQ(raw_http(port, get_health + close).status, 400);              // HTTP/1.1 without Host
   EXPECT_EQ(raw_http(port, "GET /health HTTP/1.0\r\n\r\n").status, 200);  // 1.0 may omit it
   EXPECT_EQ(raw_http(port, get_health + "Host: localhost\r\nHost: evil.example\r\n" + close).status, 400);
   // Absolute form: the target's authority stands for Host.
-  EXPECT_EQ(raw_http(port, "GET http://127.0.0.1:" + std::to_string(port) + "/health HTTP/1.1\r\nHost: x\r\n" + close).status,
-            200);
+  EXPECT_EQ(
+      raw_http(port, "GET http://127.0.0.1:" + std::to_string(port) + "/health HTTP/1.1\r\nHost: x\r\n" + close).status,
+      200);
   EXPECT_EQ(raw_http(port, "GET http://evil.example/health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + close).status, 403);
   const std::string body = R"({"prompt": "a"})";
   auto post = [&](const std::string& extra) {
-    return raw_http(port, "POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sekret\r\n"
-                          "Content-Type: application/json\r\n" +
-                              extra + "Content-Length: " + std::to_string(body.size()) + "\r\n" + close + body);
+    return raw_http(port,
+                    "POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sekret\r\n"
+                    "Content-Type: application/json\r\n" +
+                        extra + "Content-Length: " + std::to_string(body.size()) + "\r\n" + close + body);
   };
   EXPECT_EQ(post("").status, 200);
   EXPECT_EQ(post("Content-Encoding: gzip\r\n").status, 415);
@@ -349,8 +356,9 @@ TEST(ServeHardening, BytesOfBodiesBeingReceivedAreBounded) {
   for (int i = 0; i < 30; ++i) {
     const int fd = connect_to(port, 10);
     ASSERT_GE(fd, 0);
-    ASSERT_TRUE(send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                             "Content-Length: 20000000\r\n\r\n{"));
+    ASSERT_TRUE(send_all(fd,
+                         "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 20000000\r\n\r\n{"));
     fds.push_back(fd);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the refusals are written at once
@@ -378,8 +386,9 @@ TEST(ServeHardening, SlowBodyGets408) {
   ServerProcess server({"--timeout", "1"});
   const int fd = connect_to(server.port(), 10);
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                           "Content-Length: 29\r\n\r\n{\"prompt\""));
+  ASSERT_TRUE(send_all(fd,
+                       "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 29\r\n\r\n{\"prompt\""));
   HttpResult r;
   parse_response(recv_all(fd), &r, true);
   close(fd);
@@ -402,8 +411,9 @@ TEST(ServeHardening, IdleConnectionsBeyondTheFdLimitDoNotLockClientsOut) {
     const int fd = connect_to(port, 5);
     if (fd < 0) continue;
     if (i % 2) {
-      send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                   "Content-Length: 100\r\n\r\n{");
+      send_all(fd,
+               "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               "Content-Length: 100\r\n\r\n{");
     }
     idle.push_back(fd);
   }

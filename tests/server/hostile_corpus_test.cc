@@ -94,10 +94,12 @@ TEST(HostileCorpus, EveryRequestIsA4xxAndTheServerKeepsServing) {
     const char* base;  // the rest of a valid body
     std::vector<const char*> fields;
   } endpoints[] = {
-      {"/v1/completions", R"("prompt": "x")",
+      {"/v1/completions",
+       R"("prompt": "x")",
        {"prompt", "stop", "max_tokens", "model", "temperature", "top_p", "top_k", "n", "best_of", "logit_bias",
         "stop_token_ids", "seed", "stream", "stream_options", "logprobs", "echo", "user", "priority"}},
-      {"/v1/chat/completions", R"("messages": [{"role": "user", "content": "x"}])",
+      {"/v1/chat/completions",
+       R"("messages": [{"role": "user", "content": "x"}])",
        {"messages", "stop", "max_tokens", "max_completion_tokens", "model", "logprobs", "top_logprobs", "n"}},
       {"/tokenize", R"("prompt": "x")", {"prompt", "messages", "model", "add_special_tokens"}},
       {"/detokenize", R"("tokens": [1])", {"tokens", "model"}},
@@ -120,7 +122,8 @@ TEST(HostileCorpus, EveryRequestIsA4xxAndTheServerKeepsServing) {
     ++replayed;
   }
 
-  const HttpResult ok = http(port, "POST", "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})");
+  const HttpResult ok =
+      http(port, "POST", "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})");
   ASSERT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(json::parse(ok.body)["choices"][0]["text"], ", there was a little girl");
   const std::string metrics = http(port, "GET", "/metrics").body;

@@ -98,8 +98,8 @@ TEST(Metrics, RendersEveryFamilyAndParsesBack) {
   EXPECT_EQ(v.at("pagellm:http_errors_total" + l + ",status=\"429\"}"), 1);
   EXPECT_FALSE(v.contains("pagellm:http_errors_total" + l + ",status=\"200\"}"));
   const BuildInfo& b = build_info();
-  EXPECT_EQ(v.at("pagellm:build_info" + l + ",version=\"" + b.version + "\",commit=\"" + b.commit +
-                 "\",compiler=\"" + b.compiler + "\",build_type=\"" + b.build_type + "\"}"),
+  EXPECT_EQ(v.at("pagellm:build_info" + l + ",version=\"" + b.version + "\",commit=\"" + b.commit + "\",compiler=\"" +
+                 b.compiler + "\",build_type=\"" + b.build_type + "\"}"),
             1);
 
   const std::string h = "pagellm:time_to_first_token_seconds";
@@ -126,9 +126,7 @@ TEST(Metrics, HistogramBucketsAreCumulative) {
   EXPECT_DOUBLE_EQ(h.sum(), 3.65);
 }
 
-TEST(Metrics, EscapesLabelValues) {
-  EXPECT_EQ(escape_label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
-}
+TEST(Metrics, EscapesLabelValues) { EXPECT_EQ(escape_label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd"); }
 
 TEST(KvCacheMemory, ParsesBytesUnitsAndBlocks) {
   struct Case {
@@ -136,10 +134,9 @@ TEST(KvCacheMemory, ParsesBytesUnitsAndBlocks) {
     int64_t bytes, blocks;
   };
   const Case cases[] = {
-      {"1073741824", 1073741824, 0}, {"64MiB", 64 << 20, 0},      {"64mib", 64 << 20, 0},
-      {"1.5GiB", 1610612736, 0},     {"512KB", 512000, 0},        {"2G", 2147483648LL, 0},
-      {"100 b", 100, 0},             {"200blocks", 0, 200},       {"24 blocks", 0, 24},
-      {"1block", 0, 1},              {"1GB", 1000000000, 0},      {"3k", 3072, 0},
+      {"1073741824", 1073741824, 0}, {"64MiB", 64 << 20, 0},  {"64mib", 64 << 20, 0}, {"1.5GiB", 1610612736, 0},
+      {"512KB", 512000, 0},          {"2G", 2147483648LL, 0}, {"100 b", 100, 0},      {"200blocks", 0, 200},
+      {"24 blocks", 0, 24},          {"1block", 0, 1},        {"1GB", 1000000000, 0}, {"3k", 3072, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);

@@ -141,7 +141,8 @@ const BadCase kBadChats[] = {
         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]})",
      "messages[1].tool_calls"},
     {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "",
-        "function_call": {"name": "f", "arguments": "{}"}}]})", "messages[1].function_call"},
+        "function_call": {"name": "f", "arguments": "{}"}}]})",
+     "messages[1].function_call"},
     {R"({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "42", "tool_call_id": "c1"}]})",
      "messages[1].role"},
     {R"({"messages": [{"role": "function", "name": "f", "content": "42"}]})", "messages[0].role"},
@@ -296,14 +297,20 @@ TEST_F(ProtocolTest, MultiMegabytePromptIsRefusedBeforeTokenising) {
   };
   const nlohmann::json prompt{{"prompt", big}};
   expect_refused([&] { parse_completion_request(prompt, model(), "cmpl-x", 0); }, "prompt");
-  expect_refused([&] { parse_completion_request(nlohmann::json{{"prompt", {"x", big}}}, model(), "cmpl-x", 0); },
-                 "prompt");
+  expect_refused(
+      [&] {
+        parse_completion_request(nlohmann::json{{"prompt", {"x", big}}}, model(), "cmpl-x", 0);
+      },
+      "prompt");
   expect_refused([&] { tokenize_response(prompt, model()); }, "prompt");
   // Chat: the contents' total counts, even when each message alone would fit.
   nlohmann::json messages = nlohmann::json::array();
   for (int i = 0; i < 2; ++i) messages.push_back({{"role", "user"}, {"content", big.substr(0, 2u << 20)}});
-  expect_refused([&] { parse_chat_request(nlohmann::json{{"messages", messages}}, model(), "chatcmpl-x", 0); },
-                 "messages");
+  expect_refused(
+      [&] {
+        parse_chat_request(nlohmann::json{{"messages", messages}}, model(), "chatcmpl-x", 0);
+      },
+      "messages");
   expect_refused([&] { tokenize_response(nlohmann::json{{"messages", messages}}, model()); }, "messages");
 
   // Token ids: too many is refused before the ids are checked (the last one is invalid).
@@ -320,9 +327,12 @@ TEST_F(ProtocolTest, MultiMegabytePromptIsRefusedBeforeTokenising) {
 
 TEST_F(ProtocolTest, ByteBoundNeverExceedsTheRealTokenCount) {
   // The early refusal must never refuse a prompt that fits: the bound is <= the real count.
-  const std::vector<std::string> texts = {
-      "Once upon a time",  std::string(3000, ' '), std::string(3000, 'a'), "<s></s><unk>\xe2\x96\x81\xe2\x96\x81",
-      "\xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87 ok", std::string(2000, '\n') + "x"};
+  const std::vector<std::string> texts = {"Once upon a time",
+                                          std::string(3000, ' '),
+                                          std::string(3000, 'a'),
+                                          "<s></s><unk>\xe2\x96\x81\xe2\x96\x81",
+                                          "\xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87 ok",
+                                          std::string(2000, '\n') + "x"};
   for (const std::string& t : texts) {
     SCOPED_TRACE(t.substr(0, 20));
     const std::string_view parts[] = {t};
@@ -553,12 +563,12 @@ TEST_F(ProtocolTest, CompletionResponseShape) {
   EXPECT_EQ(lp["tokens"][5], "e");
   EXPECT_EQ(lp["top_logprobs"][6].size(), 2u);  // top-1 plus the sampled token
   EXPECT_EQ(lp["text_offset"][0], 0);
-  for (int i = 1; i < 7; ++i) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);  // BOS piece is ""
+  for (int i = 1; i < 7; ++i) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);   // BOS piece is ""
   EXPECT_EQ(lp["text_offset"][6].get<size_t>() - lp["text_offset"][5].get<size_t>(), 1u);  // "e"
   EXPECT_EQ(j["usage"], (nlohmann::json{{"prompt_tokens", 5},
-                                         {"completion_tokens", 4},
-                                         {"total_tokens", 9},
-                                         {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
+                                        {"completion_tokens", 4},
+                                        {"total_tokens", 9},
+                                        {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
 }
 
 // Position of `needle` in `text` (npos fails the comparisons that use it).
@@ -608,8 +618,8 @@ TEST_F(ProtocolTest, TopLogprobsAreBestFirstAndFieldsInOpenAIOrder) {
   EXPECT_LT(pos(body, "\"prompt_tokens\""), pos(body, "\"completion_tokens\""));
   // The same order in a streamed chunk's logprobs as built here.
   size_t offset = 0;
-  const std::string chunk = dump_json(completion_chunk(p, 0, "x", completion_logprobs(*tok_, {}, {&s, 1}, &offset),
-                                                       std::nullopt, std::nullopt));
+  const std::string chunk = dump_json(
+      completion_chunk(p, 0, "x", completion_logprobs(*tok_, {}, {&s, 1}, &offset), std::nullopt, std::nullopt));
   EXPECT_LT(pos(chunk, "\"" + by_piece[3].first + "\":"), pos(chunk, "\"" + by_piece[0].first + "\":")) << chunk;
   EXPECT_LT(pos(chunk, "\"id\""), pos(chunk, "\"choices\""));
   // Chat: top_logprobs is an array (already ordered); the body's fields in OpenAI's order.
@@ -703,15 +713,14 @@ TEST_F(ProtocolTest, CompletionChunkOmitsUsageUnlessAsked) {
 }
 
 TEST_F(ProtocolTest, ErrorBodyIsOpenAIShaped) {
-  const nlohmann::json j =
-      nlohmann::json::parse(error_body(bad_request("bad temperature", "temperature")));
+  const nlohmann::json j = nlohmann::json::parse(error_body(bad_request("bad temperature", "temperature")));
   EXPECT_EQ(j, (nlohmann::json{{"error",
                                 {{"message", "bad temperature"},
                                  {"type", "invalid_request_error"},
                                  {"param", "temperature"},
                                  {"code", nullptr}}}}));
-  const nlohmann::json k = nlohmann::json::parse(error_body(ApiError(401, "no", "invalid_request_error", std::nullopt,
-                                                                     "invalid_api_key")));
+  const nlohmann::json k =
+      nlohmann::json::parse(error_body(ApiError(401, "no", "invalid_request_error", std::nullopt, "invalid_api_key")));
   EXPECT_EQ(k["error"]["param"], nullptr);
   EXPECT_EQ(k["error"]["code"], "invalid_api_key");
 }
@@ -726,12 +735,13 @@ TEST_F(ProtocolTest, TokenizeDetokenizeModels) {
   t = tokenize_response(nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "Hi"}]})"), model());
   EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tokenize_chat(model(), {{"user", "Hi"}}, true));
 
-  const nlohmann::json d = detokenize_response(
-      nlohmann::json{{"tokens", tok_->encode("Once upon a time", false, true)}}, model());
+  const nlohmann::json d =
+      detokenize_response(nlohmann::json{{"tokens", tok_->encode("Once upon a time", false, true)}}, model());
   EXPECT_EQ(d["prompt"], "Once upon a time");
   // The inverse of /tokenize: the BOS it adds is dropped without leaving its space behind.
-  EXPECT_EQ(detokenize_response(nlohmann::json{{"tokens", tok_->encode("Once upon a time", true, true)}}, model())["prompt"],
-            "Once upon a time");
+  EXPECT_EQ(
+      detokenize_response(nlohmann::json{{"tokens", tok_->encode("Once upon a time", true, true)}}, model())["prompt"],
+      "Once upon a time");
   EXPECT_THROW(detokenize_response(nlohmann::json::parse(R"({"tokens": [100000]})"), model()), ApiError);
   EXPECT_THROW(detokenize_response(nlohmann::json::parse(R"({})"), model()), ApiError);
   EXPECT_THROW(tokenize_response(nlohmann::json::parse(R"({"prompt": 5})"), model()), ApiError);

@@ -67,8 +67,10 @@ Streamed collect(const std::string& body, bool chat) {
     const json j = json::parse(data);
     if (j.contains("usage") && !j["usage"].is_null()) s.usage = j["usage"];
     for (const json& c : j["choices"]) {
-      if (chat) s.text += c["delta"].value("content", "");
-      else s.text += c["text"].get<std::string>();
+      if (chat)
+        s.text += c["delta"].value("content", "");
+      else
+        s.text += c["text"].get<std::string>();
       if (!c["finish_reason"].is_null()) s.finish_reasons.push_back(c["finish_reason"]);
     }
   }
@@ -134,7 +136,8 @@ TEST(ServeE2E, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
   auto m = read_metrics(server.port());
   EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"400\"}"], 14);
   EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"405\"}"], 3);
-  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"404\"}"], 2);  // unknown route and unknown model
+  EXPECT_EQ(m["pagellm:http_errors_total{model_name=\"stories260K\",status=\"404\"}"],
+            2);  // unknown route and unknown model
   EXPECT_EQ(server.stop(), 0);
 }
 
@@ -187,7 +190,8 @@ TEST(ServeE2E, DisconnectMidStreamFreesTheBlocks) {
     const int fd = connect_to(server.port(), 10);
     ASSERT_GE(fd, 0);
     // 8 x 500 tokens take long enough to be cut off (about a second on the bundled model).
-    json body = {{"prompt", "Once upon a time"}, {"max_tokens", 500}, {"n", 8}, {"ignore_eos", true}, {"stream", stream}};
+    json body = {
+        {"prompt", "Once upon a time"}, {"max_tokens", 500}, {"n", 8}, {"ignore_eos", true}, {"stream", stream}};
     ASSERT_TRUE(send_all(fd, request_text("POST", "/v1/completions", body.dump(), {})));
     if (stream) {
       std::string got;
@@ -256,8 +260,10 @@ TEST(ServeE2E, StreamEqualsNonStreamForTheSameSeed) {
   for (bool chat : {false, true}) {
     SCOPED_TRACE(chat ? "chat" : "completions");
     json req = {{"max_tokens", 40}, {"temperature", 1.0}, {"seed", 11}, {"n", 2}};
-    if (chat) req["messages"] = json::array({{{"role", "user"}, {"content", "Tell me a story"}}});
-    else req["prompt"] = "Lily and Ben";
+    if (chat)
+      req["messages"] = json::array({{{"role", "user"}, {"content", "Tell me a story"}}});
+    else
+      req["prompt"] = "Lily and Ben";
     const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
     const HttpResult whole = http(server.port(), "POST", path, req.dump());
     ASSERT_EQ(whole.status, 200) << whole.body;
@@ -286,10 +292,10 @@ TEST(ServeE2E, KeepAliveServesSeveralRequestsOnOneConnection) {
   const int fd = connect_to(server.port(), 30);
   ASSERT_GE(fd, 0);
   // Pipelined: three requests sent at once, answered in order.
-  std::string reqs = request_text("GET", "/v1/models", "", {}, false) +
-                     request_text("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 3, "stream": true})", {},
-                                  false) +
-                     request_text("POST", "/tokenize", R"({"prompt": "Once upon a time"})", {}, true);
+  std::string reqs =
+      request_text("GET", "/v1/models", "", {}, false) +
+      request_text("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 3, "stream": true})", {}, false) +
+      request_text("POST", "/tokenize", R"({"prompt": "Once upon a time"})", {}, true);
   ASSERT_TRUE(send_all(fd, reqs));
   const std::string raw = recv_all(fd);
   close(fd);
@@ -316,7 +322,9 @@ TEST(ServeE2E, SigtermDrainsThenAbortsWithAFinalChunk) {
     const int fd = connect_to(server.port(), 30);
     ASSERT_GE(fd, 0);
     json body = {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
-                 {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
+                 {"max_tokens", 400},
+                 {"ignore_eos", true},
+                 {"stream", true}};
     ASSERT_TRUE(send_all(fd, request_text("POST", "/v1/chat/completions", body.dump(), {})));
     fds.push_back(fd);
   }
@@ -397,8 +405,8 @@ nlohmann::json completion_body(const nlohmann::json& extra) {
 // --max-n bounds the sequences (prompts x n, x best_of) of one request: more is a 400 naming n.
 TEST(ServeE2E, MaxNBoundsTheSequencesOfOneRequest) {
   ServerProcess server({"--max-n", "8"});
-  for (const json& extra : {json{{"n", 9}}, json{{"n", 2}, {"best_of", 9}},
-                            json{{"n", 3}, {"prompt", json::array({"a", "b", "c"})}}}) {
+  for (const json& extra :
+       {json{{"n", 9}}, json{{"n", 2}, {"best_of", 9}}, json{{"n", 3}, {"prompt", json::array({"a", "b", "c"})}}}) {
     SCOPED_TRACE(extra.dump());
     const HttpResult r = http(server.port(), "POST", "/v1/completions", completion_body(extra).dump());
     EXPECT_EQ(r.status, 400) << r.body;
@@ -477,10 +485,15 @@ TEST(ServeE2E, HeldBackStopPrefixIsReturnedAtTheEnd) {
   for (const bool chat : {false, true}) {
     for (const bool stream : {false, true}) {
       SCOPED_TRACE(std::string(chat ? "chat" : "completions") + (stream ? " stream" : ""));
-      json body = {{"max_tokens", 1}, {"temperature", 0}, {"logit_bias", {{"393", 100}}},
-                   {"stop", json::array({" happy never"})}, {"stream", stream}};
-      if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", "Hi"}}});
-      else body["prompt"] = "Once upon a time";
+      json body = {{"max_tokens", 1},
+                   {"temperature", 0},
+                   {"logit_bias", {{"393", 100}}},
+                   {"stop", json::array({" happy never"})},
+                   {"stream", stream}};
+      if (chat)
+        body["messages"] = json::array({{{"role", "user"}, {"content", "Hi"}}});
+      else
+        body["prompt"] = "Once upon a time";
       const HttpResult r = http(server.port(), "POST", chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
       ASSERT_EQ(r.status, 200) << r.body;
       if (stream) {

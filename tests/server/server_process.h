@@ -3,8 +3,8 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,12 +14,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <mutex>
-#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -192,8 +192,9 @@ class ServerProcess {
       dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
-      std::vector<std::string> argv = {PAGELLM_BINARY, "serve",   "-m", model_path, "--port", "0", "--threads", "1",
-                                       "--served-model-name", "stories260K"};
+      std::vector<std::string> argv = {
+          PAGELLM_BINARY,        "serve",      "-m", model_path, "--port", "0", "--threads", "1",
+          "--served-model-name", "stories260K"};
       argv.insert(argv.end(), args.begin(), args.end());
       std::vector<char*> cargv;
       for (std::string& s : argv) cargv.push_back(s.data());

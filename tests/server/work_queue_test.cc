@@ -41,7 +41,7 @@ TEST(WorkQueue, BoundsTheQueuedBytesButAdmitsOneBigJobIntoAnEmptyQueue) {
   BusyWorker busy(q);
   std::atomic<int> ran{0};
   EXPECT_TRUE(q.try_submit([&] { ++ran; }, 5000));  // alone in the queue: admitted
-  EXPECT_FALSE(q.try_submit([&] { ++ran; }, 1));     // over the bytes bound now
+  EXPECT_FALSE(q.try_submit([&] { ++ran; }, 1));    // over the bytes bound now
   busy.release.set_value();
   q.shutdown();
   EXPECT_EQ(ran.load(), 1);

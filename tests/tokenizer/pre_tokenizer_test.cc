@@ -54,7 +54,10 @@ TEST(PreTokenizerLlama3, NonLatinLetters) {
   EXPECT_EQ(split_with("llama-bpe", "(\xD0\xBF\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82)"),  // "(привет)"
             (Pieces{"(\xD0\xBF\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82", ")"}));
   // "我想在apple工作1314151天": CJK and Latin letters form one \p{L}+ run.
-  const std::string cjk = "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8" "apple" "\xE5\xB7\xA5\xE4\xBD\x9C";
+  const std::string cjk =
+      "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8"
+      "apple"
+      "\xE5\xB7\xA5\xE4\xBD\x9C";
   const std::string day = "\xE5\xA4\xA9";
   EXPECT_EQ(split_with("llama-bpe", cjk + "1314151" + day), (Pieces{cjk, "131", "415", "1", day}));
   EXPECT_EQ(split_with("qwen2", cjk + "1314151" + day), (Pieces{cjk, "1", "3", "1", "4", "1", "5", "1", day}));
@@ -66,7 +69,12 @@ TEST(PreTokenizerQwen2, SingleDigitsAndContractions) {
 
 TEST(PreTokenizer, InvalidUtf8BecomesReplacementChar) {
   // U+FFFD is a symbol (So): it is the optional non-letter prefix of "b".
-  EXPECT_EQ(split_with("llama-bpe", "a\xFF" "b"), (Pieces{"a", "\xEF\xBF\xBD" "b"}));
+  EXPECT_EQ(split_with("llama-bpe",
+                       "a\xFF"
+                       "b"),
+            (Pieces{"a",
+                    "\xEF\xBF\xBD"
+                    "b"}));
 }
 
 TEST(PreTokenizer, ConcatenationIsTheInput) {
@@ -98,9 +106,7 @@ TEST(PreTokenizer, AliasesAsLlamaCpp) {
   EXPECT_FALSE(find_pre_tokenizer_spec("no-such-pre", &spec));
 }
 
-TEST(PreTokenizer, BadRegexThrows) {
-  EXPECT_THROW(PreTokenizer({"(unclosed"}), Error);
-}
+TEST(PreTokenizer, BadRegexThrows) { EXPECT_THROW(PreTokenizer({"(unclosed"}), Error); }
 
 }  // namespace
 }  // namespace pagellm

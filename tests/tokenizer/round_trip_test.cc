@@ -55,9 +55,9 @@ void expect_round_trips(const Tokenizer& tok, const std::vector<std::string>& te
 
 // Special tokens, leading spaces, BOS spelled in the text, spaces around special tokens.
 std::vector<std::string> tricky_texts(const Tokenizer& tok) {
-  std::vector<std::string> texts = {"Hello world",  " leading space", "  two leading", "trailing ",
-                                    "\n\tnewline first", "a", " ", "Hello . world , ok ' s",
-                                    "caf\xC3\xA9 \xE4\xB8\xAD"};
+  std::vector<std::string> texts = {"Hello world", " leading space",         "  two leading",
+                                    "trailing ",   "\n\tnewline first",      "a",
+                                    " ",           "Hello . world , ok ' s", "caf\xC3\xA9 \xE4\xB8\xAD"};
   std::vector<std::string> specials;
   if (tok.bos_id() >= 0) specials.push_back(tok.token_text(tok.bos_id()));
   if (tok.eos_id() >= 0) specials.push_back(tok.token_text(tok.eos_id()));

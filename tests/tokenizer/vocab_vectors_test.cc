@@ -90,8 +90,8 @@ TEST_P(VocabVectors, MatchesLlamaCpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVocabs, VocabVectors,
-                         ::testing::Values("llama-spm", "phi-3", "gpt-2", "deepseek-coder", "falcon", "mpt",
-                                           "refact", "starcoder"),
+                         ::testing::Values("llama-spm", "phi-3", "gpt-2", "deepseek-coder", "falcon", "mpt", "refact",
+                                           "starcoder"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) {

@@ -42,10 +42,10 @@ constexpr int64_t kKeyTile = 64;  // keys per online-softmax tile (4 blocks of 1
 
 // One attention problem: query head `q` against kv head `kvh` of keys [0, pos] of one sequence.
 struct Problem {
-  const float* q;            // [head_dim]
+  const float* q;  // [head_dim]
   int64_t pos;
   int64_t kvh;
-  float* out;                // [head_dim]
+  float* out;  // [head_dim]
 };
 
 // Slot of key j; checks the block id against the cache size.
@@ -53,7 +53,8 @@ int64_t slot_of(const KvLayerView& kv, const int32_t* table, int64_t j) {
   const int64_t block = table[j / kv.block_size];
   const int64_t slot = block * kv.block_size + j % kv.block_size;
   PAGELLM_CHECK(block >= 0 && slot < kv.num_slots, "block id " + std::to_string(block) + " for key " +
-                                                       std::to_string(j) + ", num_slots " + std::to_string(kv.num_slots));
+                                                       std::to_string(j) + ", num_slots " +
+                                                       std::to_string(kv.num_slots));
   return slot;
 }
 
@@ -96,8 +97,8 @@ void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, i
   for (int64_t j = j0; j < n;) {
     float d[8];
     const int64_t o = offsets[j];
-    const bool run4 = j + 4 <= n && offsets[j + 1] == o + row && offsets[j + 2] == o + 2 * row &&
-                      offsets[j + 3] == o + 3 * row;
+    const bool run4 =
+        j + 4 <= n && offsets[j + 1] == o + row && offsets[j + 2] == o + 2 * row && offsets[j + 3] == o + 3 * row;
     const int r = run4 ? 4 : 1;
     avx512::qk_f32_pair_tile(k32 + o, row, r, q, hd, d);
     for (int i = 0; i < r; ++i, ++j) {
@@ -110,14 +111,14 @@ void qk_scores_pair_avx512(const KvLayerView& kv, const float* q, int64_t kvh, i
 // Running online-softmax state of one problem; the accumulators are the problem's `out`.
 struct OnlineSoftmax {
   float m = -std::numeric_limits<float>::infinity();  // max score so far
-  double l = 0.0;                                      // sum of exp(s_j - m) so far
+  double l = 0.0;                                     // sum of exp(s_j - m) so far
 };
 
 // One tile: keys [j0, j1) with their scaled scores in scores[0, j1 - j0) (overwritten by
 // p_j = exp(s_j - m')). tmp: [head_dim] scratch.
 template <bool kSimd>
-void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets, int64_t j0, int64_t j1,
-                 float* scores, OnlineSoftmax& st, float* tmp) {
+void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets, int64_t j0, int64_t j1, float* scores,
+                 OnlineSoftmax& st, float* tmp) {
   const int64_t hd = kv.head_dim;
   const bool f16 = kv.dtype == GgmlType::F16;
   const int64_t n = j1 - j0;
@@ -167,7 +168,8 @@ int64_t check_batch(const KvLayerView& kv, const AttentionBatch& b, int64_t* max
   PAGELLM_CHECK(b.num_seqs >= 0 && b.query_start_loc[0] == 0, "query_start_loc[0] must be 0");
   *max_keys = 0;
   for (int64_t s = 0; s < b.num_seqs; ++s) {
-    PAGELLM_CHECK(b.query_start_loc[s] <= b.query_start_loc[s + 1], "query_start_loc not ascending at " + std::to_string(s));
+    PAGELLM_CHECK(b.query_start_loc[s] <= b.query_start_loc[s + 1],
+                  "query_start_loc not ascending at " + std::to_string(s));
     for (int64_t t = b.query_start_loc[s]; t < b.query_start_loc[s + 1]; ++t) {
       PAGELLM_CHECK(b.positions[t] >= 0 && b.positions[t] < b.max_blocks_per_seq * kv.block_size,
                     "position " + std::to_string(b.positions[t]) + " of token " + std::to_string(t));
@@ -266,8 +268,8 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
   const bool simd = kv.isa >= Isa::kAvx2;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
-    PAGELLM_CHECK(slot >= 0 && slot < kv.num_slots,
-                  "slot " + std::to_string(slot) + " of token " + std::to_string(t) + ", num_slots " + std::to_string(kv.num_slots));
+    PAGELLM_CHECK(slot >= 0 && slot < kv.num_slots, "slot " + std::to_string(slot) + " of token " + std::to_string(t) +
+                                                        ", num_slots " + std::to_string(kv.num_slots));
     for (int which = 0; which < 2; ++which) {
       const float* src = (which == 0 ? k : v) + t * row;
       uint8_t* dst = static_cast<uint8_t*>(which == 0 ? kv.k : kv.v) + slot * row * eb;

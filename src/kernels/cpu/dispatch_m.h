@@ -14,7 +14,8 @@ void with_m(int m, F&& f) {
   if (m >= kMax) return f(std::integral_constant<int, kMax>{});
   [&]<int... I>(std::integer_sequence<int, I...>) {
     ((m <= I + 1 ? (f(std::integral_constant<int, I + 1>{}), true) : false) || ...);
-  }(std::make_integer_sequence<int, kMax - 1>{});
+  }
+  (std::make_integer_sequence<int, kMax - 1>{});
 }
 
 }  // namespace pagellm::kernels

@@ -90,7 +90,8 @@ void q8_from_float(Isa isa, const float* x, int64_t cols, void* out) {
 template <GgmlType T>
 float blocksum_dot(const void* w, const void* xa, int64_t cols) {
   const auto* x = static_cast<const BlockQ8_0*>(xa);
-  if constexpr (T == GgmlType::Q8_0) return ref::dot_q8_0_q8_0_blocksum(static_cast<const BlockQ8_0*>(w), x, cols / kQK8_0);
+  if constexpr (T == GgmlType::Q8_0)
+    return ref::dot_q8_0_q8_0_blocksum(static_cast<const BlockQ8_0*>(w), x, cols / kQK8_0);
   return ref::dot_q4_0_q8_0_blocksum(static_cast<const BlockQ4_0*>(w), x, cols / kQK8_0);
 }
 

@@ -15,7 +15,8 @@ namespace pagellm::kernels::avx512 {
 constexpr int kSeqTileTokens = 12;
 // (T: F32, F16 or BF16, instantiated in the .cc file)
 template <GgmlType T>
-void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y, int64_t y_stride);
+void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+               int64_t y_stride);
 
 // Attention (attention_avx512.cc): r in {1, 4} keys (key i at k + i * k_stride) x the 2 query
 // heads at q and q + n, n elements each: out[i * 2 + j] = q_j . key i, bit-identical to

@@ -52,7 +52,8 @@ constexpr int kSeqTileTokens = 6;
 void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, int tile_tokens, float* out);
 // (T: F32, F16 or BF16, instantiated in the .cc file)
 template <GgmlType T>
-void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y, int64_t y_stride);
+void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+               int64_t y_stride);
 
 // As quantize_row_q8_0_activations (ops.h), bit-identical; n % 32 == 0 (quants_avx2.cc).
 void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y);

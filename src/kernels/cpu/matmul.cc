@@ -101,7 +101,8 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     xa = p;
   }
   if (!repacked) {
-    return run(w, rows, macs, pool, [&](int64_t r0, int64_t r1) { oracle_rows(tt, w, r0, r1, xa, xa_rb, num_tokens, y); });
+    return run(w, rows, macs, pool,
+               [&](int64_t r0, int64_t r1) { oracle_rows(tt, w, r0, r1, xa, xa_rb, num_tokens, y); });
   }
   const IsaKernels& k = tt.tiles_for(w.isa);
   void* xp = ws.get(Workspace::kPrepared, k.prepared_bytes(num_tokens, cols));

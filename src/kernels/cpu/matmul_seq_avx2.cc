@@ -54,8 +54,9 @@ using BF16S = Seq<simd::BF16Load>;
 // kStage (R = 1): also store the step's weights, converted to f32 (exact), at
 // staged + (k - k0) * 16, for the tile's other token tiles.
 template <typename L, int R, int M, bool kStage = false>
-__attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
-                int64_t ys, bool first, bool prefetch, float* staged = nullptr) {
+__attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1,
+                                          const float* xp, float* y, int64_t ys, bool first, bool prefetch,
+                                          float* staged = nullptr) {
   __m256 lo[R][M], hi[R][M];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < M; ++t) {
@@ -112,9 +113,8 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_e
 template <typename L, int R>
 void seq_kernel_m(int m, const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
                   int64_t ys, bool first, bool prefetch) {
-  with_m<kSeqTileTokens>(m, [&](auto mc) {
-    seq_kernel<L, R, mc.value>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch);
-  });
+  with_m<kSeqTileTokens>(
+      m, [&](auto mc) { seq_kernel<L, R, mc.value>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch); });
 }
 
 template <typename L>
@@ -126,11 +126,14 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     const int m = static_cast<int>(num_tokens);
     int64_t i = 0;
     if (m == 1) {
-      for (; i + 4 <= tiles; i += 4) seq_kernel<L, 4, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+      for (; i + 4 <= tiles; i += 4)
+        seq_kernel<L, 4, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
     } else if (m == 2) {
-      for (; i + 3 <= tiles; i += 3) seq_kernel<L, 3, 2>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+      for (; i + 3 <= tiles; i += 3)
+        seq_kernel<L, 3, 2>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
     } else if (m == 3) {
-      for (; i + 2 <= tiles; i += 2) seq_kernel<L, 2, 3>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+      for (; i + 2 <= tiles; i += 2)
+        seq_kernel<L, 2, 3>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
     }
     for (; i < tiles; ++i) seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
     return;
@@ -199,7 +202,8 @@ void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, int 
 }
 
 template <GgmlType T>
-void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y, int64_t y_stride) {
+void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+               int64_t y_stride) {
   using L = std::conditional_t<T == GgmlType::F32, F32S, std::conditional_t<T == GgmlType::F16, F16S, BF16S>>;
   seq_tiles_t<L>(static_cast<const typename L::T*>(w), tiles, xp, n, num_tokens, y, y_stride);
 }

@@ -94,14 +94,14 @@ void kernel_fn(const void* w, int64_t tile_elems, int64_t nk, const float* xp, f
 // kernel for the tiles left over.
 template <typename L>
 struct Kernels {
-  static constexpr KernelFn one[12] = {
-      kernel_fn<L, 1, 1>, kernel_fn<L, 1, 2>, kernel_fn<L, 1, 3>,  kernel_fn<L, 1, 4>,
-      kernel_fn<L, 1, 5>, kernel_fn<L, 1, 6>, kernel_fn<L, 1, 7>,  kernel_fn<L, 1, 8>,
-      kernel_fn<L, 1, 9>, kernel_fn<L, 1, 10>, kernel_fn<L, 1, 11>, kernel_fn<L, 1, 12>};
-  static constexpr KernelFn many[12] = {
-      kernel_fn<L, 8, 1>, kernel_fn<L, 4, 2>, kernel_fn<L, 4, 3>,  kernel_fn<L, 2, 4>,
-      kernel_fn<L, 2, 5>, kernel_fn<L, 2, 6>, kernel_fn<L, 2, 7>,  kernel_fn<L, 2, 8>,
-      kernel_fn<L, 2, 9>, kernel_fn<L, 2, 10>, kernel_fn<L, 2, 11>, kernel_fn<L, 2, 12>};
+  static constexpr KernelFn one[12] = {kernel_fn<L, 1, 1>,  kernel_fn<L, 1, 2>,  kernel_fn<L, 1, 3>,
+                                       kernel_fn<L, 1, 4>,  kernel_fn<L, 1, 5>,  kernel_fn<L, 1, 6>,
+                                       kernel_fn<L, 1, 7>,  kernel_fn<L, 1, 8>,  kernel_fn<L, 1, 9>,
+                                       kernel_fn<L, 1, 10>, kernel_fn<L, 1, 11>, kernel_fn<L, 1, 12>};
+  static constexpr KernelFn many[12] = {kernel_fn<L, 8, 1>,  kernel_fn<L, 4, 2>,  kernel_fn<L, 4, 3>,
+                                        kernel_fn<L, 2, 4>,  kernel_fn<L, 2, 5>,  kernel_fn<L, 2, 6>,
+                                        kernel_fn<L, 2, 7>,  kernel_fn<L, 2, 8>,  kernel_fn<L, 2, 9>,
+                                        kernel_fn<L, 2, 10>, kernel_fn<L, 2, 11>, kernel_fn<L, 2, 12>};
   static constexpr int many_tiles[12] = {8, 4, 4, 2, 2, 2, 2, 2, 2, 2, 2, 2};
 };
 
@@ -114,7 +114,8 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     const int m = static_cast<int>(num_tokens);
     const int rt = Kernels<L>::many_tiles[m - 1];
     int64_t i = 0;
-    for (; i + rt <= tiles; i += rt) Kernels<L>::many[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, true);
+    for (; i + rt <= tiles; i += rt)
+      Kernels<L>::many[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, true);
     for (; i < tiles; ++i) Kernels<L>::one[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, true);
     return;
   }
@@ -135,7 +136,8 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
         if (convert) {
           for (int64_t j = 0; j < nt; ++j) {
             for (int64_t k = 0; k < nk; ++k) {
-              if (k % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wc + j * tile_elems + k * 16) + kPrefetchBytes, _MM_HINT_T0);
+              if (k % 2 == 0)
+                _mm_prefetch(reinterpret_cast<const char*>(wc + j * tile_elems + k * 16) + kPrefetchBytes, _MM_HINT_T0);
               _mm512_store_ps(wf + j * 16 * kSeqChunk + k * 16, L::load16(wc + j * tile_elems + k * 16));
             }
           }
@@ -169,7 +171,8 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
 }  // namespace
 
 template <GgmlType T>
-void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y, int64_t y_stride) {
+void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+               int64_t y_stride) {
   using L = std::conditional_t<T == GgmlType::F32, F32S, std::conditional_t<T == GgmlType::F16, F16S, BF16S>>;
   seq_tiles_t<L>(static_cast<const typename L::T*>(w), tiles, xp, n, num_tokens, y, y_stride);
 }

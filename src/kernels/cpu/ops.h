@@ -173,8 +173,8 @@ struct AttentionBatch {
   int64_t num_seqs = 0;
   int64_t max_blocks_per_seq = 0;
 };
-void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
-                     float scale, float* out, ThreadPool* pool, Workspace& ws);
+void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads, float scale,
+                     float* out, ThreadPool* pool, Workspace& ws);
 void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
                          float scale, float* out);
 

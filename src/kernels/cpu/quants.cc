@@ -13,9 +13,7 @@ namespace pagellm::kernels {
 
 void dequantize_row(GgmlType type, const void* row, int64_t cols, float* out) {
   switch (type) {
-    case GgmlType::F32:
-      std::memcpy(out, row, static_cast<size_t>(cols) * sizeof(float));
-      return;
+    case GgmlType::F32: std::memcpy(out, row, static_cast<size_t>(cols) * sizeof(float)); return;
     case GgmlType::F16: {
       const auto* h = static_cast<const uint16_t*>(row);
       for (int64_t i = 0; i < cols; ++i) out[i] = fp16_to_fp32(h[i]);
@@ -48,8 +46,7 @@ void dequantize_row(GgmlType type, const void* row, int64_t cols, float* out) {
       }
       return;
     }
-    default:
-      break;
+    default: break;
   }
   PAGELLM_CHECK(false, "dequantize_row: unsupported type " + type_name(type));
 }

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_r16.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/kernel_traits.h"
 
 namespace pagellm::kernels {
 
@@ -35,7 +35,8 @@ WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
     run(0, tiles);
   }
   // Rows after the last full tile keep the GGUF layout.
-  std::memcpy(dst + tiles * tile_bytes, src + tiles * tile_bytes, static_cast<size_t>((w.rows - tiles * kTileRows) * rb));
+  std::memcpy(dst + tiles * tile_bytes, src + tiles * tile_bytes,
+              static_cast<size_t>((w.rows - tiles * kTileRows) * rb));
   WeightView v = w;
   v.data = out;
   v.layout = WeightLayout::kRepacked16;

@@ -27,7 +27,9 @@ struct F32Load {
 };
 struct F16Load {
   using T = uint16_t;
-  static __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static float scalar(const uint16_t* p) { return _cvtsh_ss(*p); }
 };
 struct BF16Load {
