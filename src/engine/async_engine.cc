@@ -10,8 +10,8 @@
 namespace pagellm {
 
 struct AsyncEngine::Impl {
-  explicit Impl(LLM& llm, const SchedulerConfig& c)
-      : config(c), core(llm, SchedulerLimits{c.max_num_seqs, c.max_num_batched_tokens}), processor(llm.tokenizer()) {}
+  explicit Impl(LLM& llm)
+      : max_waiting(llm.config().max_waiting), core(llm, llm.config().scheduler_limits()), processor(llm.tokenizer()) {}
 
   struct Command {
     enum class Kind { kAdd, kAbort } kind = Kind::kAdd;
@@ -20,8 +20,8 @@ struct AsyncEngine::Impl {
     std::string id;         // kAbort
   };
 
-  SchedulerConfig config;
-  EngineCore core;  // engine thread only
+  const int64_t max_waiting;  // add_request throws QueueFull beyond this many waiting
+  EngineCore core;            // engine thread only
   // Runs between steps on the engine thread, so that a stop string ends its request before the
   // next step computes it (a remote client would run it on its side, one round trip later).
   OutputProcessor processor;                    // engine thread only
@@ -128,11 +128,9 @@ struct AsyncEngine::Impl {
   }
 };
 
-AsyncEngine::AsyncEngine(std::unique_ptr<LLM> llm, const SchedulerConfig& config) : llm_(std::move(llm)) {
-  if (config.max_num_seqs < 1 || config.max_num_batched_tokens < 1 || config.max_waiting < 1) {
-    throw Error("max_num_seqs, max_num_batched_tokens and max_waiting must be positive");
-  }
-  impl_ = std::make_unique<Impl>(*llm_, config);
+AsyncEngine::AsyncEngine(std::unique_ptr<LLM> llm) : llm_(std::move(llm)) {
+  llm_->config().validate();  // (LLM validated it when it loaded; cheap, and keeps this honest)
+  impl_ = std::make_unique<Impl>(*llm_);
   impl_->publish_stats();
   impl_->thread = std::thread([this] { impl_->loop(); });
 }
@@ -165,7 +163,7 @@ void AsyncEngine::add_requests(std::vector<EngineRequest> requests, std::vector<
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->draining || impl_->stop) throw Error("the server is shutting down");
-    const int64_t max_waiting = impl_->config.max_waiting;
+    const int64_t max_waiting = impl_->max_waiting;
     if (impl_->num_queued + k > max_waiting) {
       const int64_t room = std::max<int64_t>(0, max_waiting - impl_->num_queued);
       throw QueueFull(k == 1 ? "the waiting queue is full (" + std::to_string(max_waiting) + " requests)"

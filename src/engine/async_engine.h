@@ -33,19 +33,13 @@
 
 namespace pagellm {
 
-// A view of EngineConfig (engine/engine_config.h), where the defaults and checks live.
-struct SchedulerConfig {
-  int32_t max_num_seqs = 0;            // running requests per step
-  int64_t max_num_batched_tokens = 0;  // tokens per forward pass (decodes + prefill chunks)
-  int32_t max_waiting = 0;             // add_request fails with QueueFull beyond this
-};
-
 class AsyncEngine {
  public:
   using Sink = std::function<void(const RequestOutput&)>;
 
-  // Takes the loaded model; starts the engine thread.
-  AsyncEngine(std::unique_ptr<LLM> llm, const SchedulerConfig& config);
+  // Takes the loaded model; starts the engine thread. The scheduler's limits and the waiting-queue
+  // bound (max_waiting) are llm->config()'s (EngineConfig: defaults and checks in one place).
+  explicit AsyncEngine(std::unique_ptr<LLM> llm);
   ~AsyncEngine();  // stops the thread; unfinished requests get a final "abort" output
 
   // Thread-safe. Throws QueueFull when max_waiting requests are already waiting, and

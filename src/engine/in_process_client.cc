@@ -4,8 +4,7 @@
 
 namespace pagellm {
 
-InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm, const SchedulerConfig& config)
-    : engine_(std::move(llm), config) {
+InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm) : engine_(std::move(llm)) {
   const LLM& m = engine_.llm();
   const std::filesystem::path path(m.config().model_path);
   facts_.model_name = m.file()

@@ -11,8 +11,8 @@ namespace pagellm {
 
 class InProcessEngineClient : public EngineClient {
  public:
-  // Takes the loaded model; starts the engine thread. Throws pagellm::Error for a bad config.
-  InProcessEngineClient(std::unique_ptr<LLM> llm, const SchedulerConfig& config);
+  // Takes the loaded model (its EngineConfig sets the scheduler's limits); starts the engine thread.
+  explicit InProcessEngineClient(std::unique_ptr<LLM> llm);
 
   void add_requests(std::vector<EngineRequest> requests, std::vector<OutputStream> streams) override {
     engine_.add_requests(std::move(requests), std::move(streams));

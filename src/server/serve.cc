@@ -190,8 +190,7 @@ int run_serve(const ServeOptions& o) {
   const std::string name =
       o.served_model_name.empty() ? default_served_model_name(o.engine.model_path) : o.served_model_name;
   const EngineConfig& ec = o.engine;
-  InProcessEngineClient engine(load_model(o),
-                               SchedulerConfig{ec.max_num_seqs, ec.max_num_batched_tokens, ec.max_waiting});
+  InProcessEngineClient engine(load_model(o));  // its scheduler limits are o.engine's
   signals.loaded();
   ServerMetrics metrics(name);
   HttpServer::Options http;

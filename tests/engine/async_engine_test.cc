@@ -15,10 +15,14 @@
 namespace pagellm {
 namespace {
 
-std::unique_ptr<LLM> load() {
+// The bundled model with the given scheduler limits and waiting-queue bound.
+std::unique_ptr<LLM> load(int32_t max_num_seqs, int64_t max_num_batched_tokens, int32_t max_waiting) {
   EngineConfig c;
   c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
   c.num_threads = 1;
+  c.max_num_seqs = max_num_seqs;
+  c.max_num_batched_tokens = max_num_batched_tokens;
+  c.max_waiting = max_waiting;
   return std::make_unique<LLM>(c);
 }
 
@@ -52,7 +56,7 @@ struct Collector {
 };
 
 TEST(AsyncEngine, ConcurrentRequestsFromManyThreads) {
-  AsyncEngine engine(load(), SchedulerConfig{8, 64, 100});
+  AsyncEngine engine(load(8, 64, 100));
   std::vector<std::unique_ptr<Collector>> cs;
   for (int i = 0; i < 12; ++i) cs.push_back(std::make_unique<Collector>());
   std::vector<std::thread> ts;
@@ -76,7 +80,7 @@ TEST(AsyncEngine, ConcurrentRequestsFromManyThreads) {
 }
 
 TEST(AsyncEngine, AbortEndsTheRequestWithAFinalOutput) {
-  AsyncEngine engine(load(), SchedulerConfig{8, 64, 100});
+  AsyncEngine engine(load(8, 64, 100));
   Collector c;
   engine.add_request(req("long", 500), c.sink());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -87,7 +91,7 @@ TEST(AsyncEngine, AbortEndsTheRequestWithAFinalOutput) {
 }
 
 TEST(AsyncEngine, QueueFullThenDrain) {
-  AsyncEngine engine(load(), SchedulerConfig{1, 64, 2});
+  AsyncEngine engine(load(1, 64, 2));
   std::vector<std::unique_ptr<Collector>> cs;
   int full = 0;
   for (int i = 0; i < 10; ++i) {
@@ -112,7 +116,7 @@ TEST(AsyncEngine, QueueFullThenDrain) {
 // slots remain is QueueFull and adds nothing (no sink is called, nothing is waiting); then 3 fit.
 TEST(AsyncEngine, AddRequestsIsAllOrNone) {
   std::vector<std::unique_ptr<Collector>> cs;
-  AsyncEngine engine(load(), SchedulerConfig{8, 64, 3});
+  AsyncEngine engine(load(8, 64, 3));
   auto batch = [&](const std::string& prefix, int k) {
     std::vector<EngineRequest> rs;
     std::vector<AsyncEngine::Sink> sinks;
@@ -146,7 +150,7 @@ TEST(AsyncEngine, AddRequestsIsAllOrNone) {
 TEST(AsyncEngine, UnforkedGroupMembersCountAsWaiting) {
   Collector longc;  // the collectors outlive the engine, which calls their sinks until it stops
   std::vector<std::unique_ptr<Collector>> group, more;
-  AsyncEngine engine(load(), SchedulerConfig{1, 64, 4});
+  AsyncEngine engine(load(1, 64, 4));
   engine.add_request(req("long", 500), longc.sink());
   for (int i = 0; i < 1000 && engine.stats().num_running == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -16,12 +16,15 @@ TEST(InProcessEngineClient, ModelFactsAndAStopStringThroughTheInterface) {
   EngineConfig c;
   c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
   c.num_threads = 1;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 512;
+  c.max_waiting = 16;
   auto llm = std::make_unique<LLM>(c);
   const int32_t vocab = llm->tokenizer().vocab_size();
   const int64_t ctx = llm->model().config().max_position_embeddings;
   const int64_t pool = int64_t{llm->kv_cache().num_blocks()} * llm->kv_cache().block_size();
   const std::vector<int32_t> prompt = llm->tokenizer().encode("Once upon a time", true, false);
-  InProcessEngineClient client(std::move(llm), SchedulerConfig{8, 512, 16});
+  InProcessEngineClient client(std::move(llm));
   EngineClient& engine = client;
 
   const ModelFacts& facts = engine.model_facts();
