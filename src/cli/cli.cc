@@ -27,7 +27,9 @@ std::string default_model_path() {
   return rel.string();  // the open error will name it
 }
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"pagellm: a lean LLM inference engine (Llama-family GGUF models on CPU)"};
   app.require_subcommand(1);
   std::string version = build_info_text();
@@ -60,6 +62,19 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // building the command line itself failed (out of memory)
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "error: unknown exception\n");
   }
   return 1;
 }

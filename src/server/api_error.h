@@ -18,9 +18,9 @@ class ApiError : public std::runtime_error {
   // status: HTTP status (400, 401, 404, 405, 413, 429, 503 ...). type: OpenAI's error type.
   // param: the offending request field (dotted path for nested ones), or none.
   // code: OpenAI's machine-readable code (e.g. "model_not_found"), or none.
-  ApiError(int status, std::string message, std::string type, std::optional<std::string> param = std::nullopt,
+  ApiError(int status, const std::string& message, std::string type, std::optional<std::string> param = std::nullopt,
            std::optional<std::string> code = std::nullopt)
-      : std::runtime_error(std::move(message)),
+      : std::runtime_error(message),
         status_(status),
         type_(std::move(type)),
         param_(std::move(param)),
@@ -41,9 +41,9 @@ class ApiError : public std::runtime_error {
 };
 
 // 400 invalid_request_error naming `param`.
-inline ApiError bad_request(std::string message, std::optional<std::string> param = std::nullopt,
+inline ApiError bad_request(const std::string& message, std::optional<std::string> param = std::nullopt,
                             std::optional<std::string> code = std::nullopt) {
-  return ApiError(400, std::move(message), "invalid_request_error", std::move(param), std::move(code));
+  return ApiError(400, message, "invalid_request_error", std::move(param), std::move(code));
 }
 
 // The JSON body {"error": {...}} of `e`, serialised.

@@ -366,7 +366,7 @@ void Session::start_stream(uint64_t serial) {
   std::string h = version_ < 11 ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.1 200 OK\r\n";
   h += "Server: pagellm\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
   h += "X-Accel-Buffering: no\r\n";
-  for (const auto& [name, value] : extra_headers_) h += name + ": " + value + "\r\n";
+  for (const auto& [name, value] : extra_headers_) h.append(name).append(": ").append(value).append("\r\n");
   h += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   if (version_ >= 11) h += "Transfer-Encoding: chunked\r\n";
   h += "\r\n";

@@ -42,15 +42,14 @@ std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model, c
   const bool add_special = f.boolean("add_special_tokens").value_or(true);
   const char* kWhat = "a string, an array of strings, an array of token ids or an array of token-id arrays";
   std::vector<PromptPlan> prompts;
+  const bool array = v->is_array() && !v->empty();  // (an empty array is no prompt)
   if (v->is_string()) {
     prompts.push_back(text_prompt(v->get<std::string>(), model, add_special));
-  } else if (!v->is_array() || v->empty()) {
-    wrong_type("prompt", kWhat, *v);
-  } else if (all_of_kind(*v, &nlohmann::json::is_string)) {
+  } else if (array && all_of_kind(*v, &nlohmann::json::is_string)) {
     for (const nlohmann::json& s : *v) prompts.push_back(text_prompt(s.get<std::string>(), model, add_special));
-  } else if (all_of_kind(*v, &nlohmann::json::is_number)) {
+  } else if (array && all_of_kind(*v, &nlohmann::json::is_number)) {
     prompts.push_back(ids_prompt(*v, model, params));
-  } else if (all_of_kind(*v, &nlohmann::json::is_array)) {
+  } else if (array && all_of_kind(*v, &nlohmann::json::is_array)) {
     for (const nlohmann::json& ids : *v) prompts.push_back(ids_prompt(ids, model, params));
   } else {
     wrong_type("prompt", kWhat, *v);

@@ -192,7 +192,7 @@ bool Routes::origin_allowed(const std::string& origin, const std::string& host) 
   return !authority.empty() && lower(authority) == lower(host);
 }
 
-void Routes::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
+void Routes::handle(HttpRequest req, const std::shared_ptr<Exchange>& ex) {
   HttpResponse r;
   bool answered = false;
   try {

@@ -49,7 +49,7 @@ class Routes {
          RoutesOptions options);
 
   // The RequestHandler: runs on the connection's strand; never throws.
-  void handle(HttpRequest request, std::shared_ptr<Exchange> exchange);
+  void handle(HttpRequest request, const std::shared_ptr<Exchange>& exchange);
 
   // From now on new generation requests get 503 (thread-safe).
   void set_draining() { draining_ = true; }

@@ -55,7 +55,8 @@ class ShutdownSignals {
       std::lock_guard<std::mutex> lock(mu_);
       closing_ = true;
     }
-    if (received_ == 0) pthread_kill(thread_.native_handle(), SIGTERM);  // ends its sigwait
+    // Ends its sigwait: SIGTERM is blocked in every thread, so this only wakes the waiter.
+    if (received_ == 0) pthread_kill(thread_.native_handle(), SIGTERM);  // NOLINT(bugprone-bad-signal-to-kill-thread)
     thread_.join();
   }
   void loaded() {
@@ -213,7 +214,7 @@ int run_serve(const ServeOptions& o) {
   http.idle_timeout_seconds = o.timeout_seconds;
   http.on_status = [&metrics](int status) { metrics.on_http_status(status); };
   HttpServer server(
-      http, [&routes](HttpRequest req, std::shared_ptr<Exchange> ex) { routes.handle(std::move(req), std::move(ex)); });
+      http, [&routes](HttpRequest req, const std::shared_ptr<Exchange>& ex) { routes.handle(std::move(req), ex); });
   server.start();
   log("request bodies up to " + std::to_string(http.max_body_bytes) + " bytes; up to " +
       std::to_string(server.max_connections()) + " open connections");

@@ -528,9 +528,10 @@ TEST(BenchServeRun, MultiTurnConversationsCarryTheirAnswers) {
   for (int c = 0; c < 3; ++c) {
     std::string history;
     for (int t = 0; t < 3 && c * 3 + t < 7; ++t) {
-      const std::string p = multi_turn_prompt(history, user[static_cast<size_t>(c * 3 + t)]);
+      const auto i = static_cast<size_t>(c) * 3 + static_cast<size_t>(t);
+      const std::string p = multi_turn_prompt(history, user[i]);
       EXPECT_TRUE(prompts.count(p)) << "conversation " << c << " turn " << t << ": " << p;
-      EXPECT_EQ(run.results[static_cast<size_t>(c * 3 + t)].text, " w0 w1 w2");
+      EXPECT_EQ(run.results[i].text, " w0 w1 w2");
       history = p + " w0 w1 w2";
     }
   }

@@ -22,9 +22,9 @@ namespace pagellm {
 namespace {
 
 std::string make_model(GgmlType dtype, const std::string& shape = "tiny-gqa") {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("pagellm_" + shape + "_" + type_name(dtype) + "_" + std::to_string(::getpid()) + ".gguf"))
-                               .string();
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("pagellm_" + shape + "_" + type_name(dtype) + "_" + std::to_string(::getpid()) + ".gguf"))
+                         .string();
   RandomModelSpec spec;
   spec.shape = shape;
   spec.dtype = dtype;

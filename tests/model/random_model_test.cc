@@ -43,7 +43,7 @@ class RandomModelTest : public ::testing::Test {
     spec.dtype = dtype;
     spec.seed = seed;
     spec.vocab_path = spm_vocab();
-    const std::string path = (dir_ / file).string();
+    std::string path = (dir_ / file).string();
     write_random_model(spec, path);
     return path;
   }

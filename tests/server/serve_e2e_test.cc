@@ -427,7 +427,7 @@ TEST(ServeE2E, MaxNBoundsTheSequencesOfOneRequest) {
 // so 400 tokens keep a request running for seconds. Written once per test process.
 const std::string& slow_stories15m() {
   static const std::string path = [] {
-    const std::string p = "/tmp/pagellm-e2e-stories15m-" + std::to_string(getpid()) + ".gguf";
+    std::string p = "/tmp/pagellm-e2e-stories15m-" + std::to_string(getpid()) + ".gguf";
     const std::string cmd = std::string(PAGELLM_BINARY) +
                             " make-model --shape stories15M --dtype q8_0 --seed 1 --context 1024 --vocab " +
                             PAGELLM_TESTDATA_DIR + "/vocab/ggml-vocab-llama-spm.gguf -o " + p + " > /dev/null 2>&1";

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 namespace pagellm::kernels {
 namespace {
@@ -9,14 +12,19 @@ namespace {
 Isa probe() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))) {
-    return Isa::kScalar;
-  }
+  // F16C: CPUID leaf 1, ECX bit 29 (Intel SDM vol. 2A), read directly like VNNI below because not
+  // every compiler's __builtin_cpu_supports knows the name (clang 14 knows neither).
+  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)) return Isa::kScalar;
   if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq"))) {
     return Isa::kAvx2;
   }
-  return __builtin_cpu_supports("avx512vnni") ? Isa::kAvx512Vnni : Isa::kAvx512;
+  // AVX512_VNNI: CPUID leaf 7, sub-leaf 0, ECX bit 11. The OS saves the AVX-512 state, or
+  // avx512f above would have failed.
+  const bool vnni = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 11)) != 0;
+  return vnni ? Isa::kAvx512Vnni : Isa::kAvx512;
 #else
   return Isa::kScalar;
 #endif

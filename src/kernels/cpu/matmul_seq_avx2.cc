@@ -163,11 +163,9 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
         for (int64_t t0 = 0; t0 < num_tokens; t0 += kSeqTileTokens) {
           const int m = static_cast<int>(std::min<int64_t>(kSeqTileTokens, num_tokens - t0));
           float* yc = y + t0 * ys + 16 * i;
-          if (convert) {
-            // (the kernel reads step k at w + k * 16: the chunk's f32 copy, re-based to step 0
-            // through the packed activations' offset below)
-            seq_kernel_m<F32S, 1>(m, wf, 0, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, false);
-          } else if (stage && t0 > 0) {
+          if (convert || (stage && t0 > 0)) {
+            // The chunk's f32 copy (made above, or staged by the first token tile): the kernel
+            // reads step k at w + k * 16, re-based to step 0 through the activations' offset.
             seq_kernel_m<F32S, 1>(m, wf, 0, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, false);
           } else if (stage) {  // (m == kSeqTileTokens: there is more than one token tile)
             seq_kernel<L, 1, kSeqTileTokens, true>(w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, yc, ys, k0 == 0,
