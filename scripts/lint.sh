@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Style and static checks: clang-format (.clang-format) and clang-tidy (.clang-tidy) over src/ and
-# tests/. Not yet part of .ci/run.
+# tests/. .ci/run runs it after the tests, on the build it made; a finding fails CI.
 # Usage: scripts/lint.sh [--fix] [build-dir]
 #   build-dir: a configured build with compile_commands.json (default: build; configured if absent)
 #   --fix:     rewrite the files with clang-format instead of reporting (clang-tidy never edits)
