@@ -142,8 +142,12 @@ int run_latency(const LatencyArgs& a) {
   // What one decode step streams: every weight but the untied embedding table (one row of it).
   const double decode_bytes = static_cast<double>(llm.model().decode_bytes_per_token());
   const double achieved = decode_bytes * t.decode_tokens_per_s() / 1e9;
+  // The kernels the model runs on (LLM loads it with the default: the CPU's best, capped by
+  // PAGELLM_NO_AVX512 / PAGELLM_NO_AVX2), named with the figures.
+  const char* isa = kernels::isa_name(kernels::default_isa());
   nlohmann::json j = {{"model", cfg.model_path},
                       {"threads", llm.pool().num_threads()},
+                      {"kernels", isa},
                       {"model_bytes", llm.model().weight_bytes()},
                       {"decode_bytes_per_token", llm.model().decode_bytes_per_token()},
                       {"prompt_tokens", n_prompt},
@@ -158,8 +162,8 @@ int run_latency(const LatencyArgs& a) {
   if (a.json) {
     std::puts(j.dump().c_str());
   } else {
-    std::printf("model %s (%.1f MiB of weights), %d threads\n", cfg.model_path.c_str(), model_bytes / 1048576.0,
-                llm.pool().num_threads());
+    std::printf("model %s (%.1f MiB of weights), %d threads, %s kernels\n", cfg.model_path.c_str(),
+                model_bytes / 1048576.0, llm.pool().num_threads(), isa);
     std::printf("prompt processing: %lld tokens, %.1f tokens/s\n", static_cast<long long>(n_prompt),
                 t.prompt_tokens_per_s());
     std::printf("generation:        %lld tokens, %.2f tokens/s (%.2f GB/s of weights)\n",

@@ -47,6 +47,15 @@ TEST(BenchLatencyCli, JsonReportsEveryFigure) {
   EXPECT_GT(j["bandwidth_gb_per_s"].get<double>(), 0);
   EXPECT_GT(j["decode_bytes_per_token"].get<int64_t>(), 0);
   EXPECT_LE(j["decode_bytes_per_token"].get<int64_t>(), j["model_bytes"].get<int64_t>());
+  const std::string isa = j["kernels"].get<std::string>();  // the kernels the figures come from
+  EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512" || isa == "avx512vnni") << isa;
+}
+
+// The kernels named are the ones that ran: the environment caps them at load.
+TEST(BenchLatencyCli, NamesTheKernelsTheEnvironmentLeaves) {
+  const CliRun r = run_latency("--prompt-tokens 4 --gen-tokens 2 --json", "1", "PAGELLM_NO_AVX2=1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["kernels"], "scalar");
 }
 
 TEST(BenchLatencyCli, PromptGivesWayToGeneratedTokens) {
