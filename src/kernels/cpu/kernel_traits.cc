@@ -28,6 +28,14 @@ float seq_dot(const void* w, const void* xa, int64_t cols) {
   return ref::dot_bf16_seq(static_cast<const uint16_t*>(w), 1, x, cols);
 }
 
+template <GgmlType T>
+float seq_dot_avx2(const void* w, const void* xa, int64_t cols) {
+  const auto* x = static_cast<const float*>(xa);
+  if constexpr (T == GgmlType::F32) return avx2::dot_f32_seq(static_cast<const float*>(w), x, cols);
+  if constexpr (T == GgmlType::F16) return avx2::dot_f16_seq(static_cast<const uint16_t*>(w), x, cols);
+  return avx2::dot_bf16_seq(static_cast<const uint16_t*>(w), x, cols);
+}
+
 int64_t seq_prepared_bytes(int64_t num_tokens, int64_t cols) { return num_tokens * cols * 4; }
 
 // Token tiles of kTokens, rounded to T while packed (avx2::pack_seq serves both ISAs).
@@ -75,8 +83,8 @@ constexpr KernelTraits float_row() {
   t.repack_tile = seq_repack_tile<T>;
   t.unpack_row = seq_unpack_row<T>;
   t.avx512_needs = Isa::kAvx512;
-  t.avx2 = {seq_prepared_bytes, seq_prepare<T, avx2::kSeqTileTokens>, seq_tiles_avx2<T>};
-  t.avx512 = {seq_prepared_bytes, seq_prepare<T, avx512::kSeqTileTokens>, seq_tiles_avx512<T>};
+  t.avx2 = {seq_prepared_bytes, seq_prepare<T, avx2::kSeqTileTokens>, seq_tiles_avx2<T>, seq_dot_avx2<T>};
+  t.avx512 = {seq_prepared_bytes, seq_prepare<T, avx512::kSeqTileTokens>, seq_tiles_avx512<T>, seq_dot_avx2<T>};
   return t;
 }
 
@@ -93,6 +101,14 @@ float blocksum_dot(const void* w, const void* xa, int64_t cols) {
   if constexpr (T == GgmlType::Q8_0)
     return ref::dot_q8_0_q8_0_blocksum(static_cast<const BlockQ8_0*>(w), x, cols / kQK8_0);
   return ref::dot_q4_0_q8_0_blocksum(static_cast<const BlockQ4_0*>(w), x, cols / kQK8_0);
+}
+
+template <GgmlType T>
+float blocksum_dot_avx2(const void* w, const void* xa, int64_t cols) {
+  const auto* x = static_cast<const BlockQ8_0*>(xa);
+  if constexpr (T == GgmlType::Q8_0)
+    return avx2::dot_q8_0_q8_0_blocksum(static_cast<const BlockQ8_0*>(w), x, cols / kQK8_0);
+  return avx2::dot_q4_0_q8_0_blocksum(static_cast<const BlockQ4_0*>(w), x, cols / kQK8_0);
 }
 
 int64_t r16_prepared_bytes(int64_t num_tokens, int64_t cols) {
@@ -182,8 +198,8 @@ constexpr KernelTraits quant_row() {
   t.repack_tile = r16_repack_tile<T>;
   t.unpack_row = r16_unpack_row<T>;
   t.avx512_needs = Isa::kAvx512Vnni;
-  t.avx2 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx2>};
-  t.avx512 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx512>};
+  t.avx2 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx2>, blocksum_dot_avx2<T>};
+  t.avx512 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx512>, blocksum_dot_avx2<T>};
   return t;
 }
 

@@ -8,8 +8,9 @@
 //   Q8_0/Q4_0     "block sums": x quantized to q8_0 (ggml's x86 activation quantizer), per block
 //                 the exact int32 sum, s = fma(float(isum), d_w * d_x, s), blocks in order
 //                 (ref::dot_*_blocksum).
-// The scalar `vec_dot` is the oracle (matmul_ref) and the fallback (no AVX2, rows after the last
-// 16-row tile); the tiles of every ISA give the same bits as the oracle.
+// The scalar `vec_dot` is the oracle (matmul_ref) and the fallback without AVX2; with AVX2 the
+// rows after the last 16-row tile run on `row_dot`, the same source compiled with FMA. The tiles
+// of every ISA give the same bits as the oracle.
 //
 // Adding a weight type: a block struct (core/dtype.h), scalar dequant / quant / vec_dot, a
 // repack_tile, one tile decoder per ISA, and one row in kernel_traits.cc.
@@ -36,6 +37,8 @@ struct IsaKernels {
   // y[t * y_stride + 16 i + r] = vec_dot(row 16 i + r, token t), bit for bit.
   void (*tiles)(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y,
                 int64_t y_stride) = nullptr;
+  // The oracle's vec_dot compiled for this ISA (the same bits): the rows outside the tiles.
+  float (*row_dot)(const void* w, const void* xa, int64_t cols) = nullptr;
 };
 
 struct KernelTraits {

@@ -33,6 +33,13 @@ float dot_bf16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t 
 }  // namespace ref
 
 namespace avx2 {
+// ref::dot_*_seq (w_stride 1) and ref::dot_*_blocksum compiled with FMA (dot_ref_avx2.cc): the
+// same bits, for the rows matmul runs outside the tiles.
+float dot_f32_seq(const float* w, const float* x, int64_t n);
+float dot_f16_seq(const uint16_t* w, const float* x, int64_t n);
+float dot_bf16_seq(const uint16_t* w, const float* x, int64_t n);
+float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
+float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
 // Attention's q . k on AVX2 (attention_avx2.cc): ggml's ggml_vec_dot_f32 order (4 x 8 lanes over
 // steps of 32, then steps of 8, hsum, scalar tail); ref::dot_f32 / dot_f16's bits.
 float dot_f32(const float* w, const float* x, int64_t n);

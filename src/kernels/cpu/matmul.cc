@@ -34,14 +34,21 @@ int64_t dynamic_grain(int64_t units, const ThreadPool* pool) {
   return std::max<int64_t>(1, units / (8 * pool->num_threads()));
 }
 
-// Rows [r0, r1) of w in GGUF layout x every token, on the oracle. xa: [num_tokens] activation
-// rows in vec_dot_type, xa_rb bytes apart.
-void oracle_rows(const KernelTraits& tt, const WeightView& w, int64_t r0, int64_t r1, const uint8_t* xa, int64_t xa_rb,
+using RowDot = float (*)(const void* w, const void* xa, int64_t cols);
+
+// The oracle's arithmetic for single rows on w.isa: vec_dot, or its FMA build with AVX2.
+RowDot row_dot_for(const KernelTraits& tt, Isa isa) {
+  return isa >= Isa::kAvx2 ? tt.tiles_for(isa).row_dot : tt.vec_dot;
+}
+
+// Rows [r0, r1) of w in GGUF layout x every token, on dot (the oracle's bits). xa: [num_tokens]
+// activation rows in vec_dot_type, xa_rb bytes apart.
+void oracle_rows(RowDot dot, const WeightView& w, int64_t r0, int64_t r1, const uint8_t* xa, int64_t xa_rb,
                  int64_t num_tokens, float* y) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t rb = w.row_bytes();
   for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t t = 0; t < num_tokens; ++t) y[t * w.rows + r] = tt.vec_dot(base + r * rb, xa + t * xa_rb, w.cols);
+    for (int64_t t = 0; t < num_tokens; ++t) y[t * w.rows + r] = dot(base + r * rb, xa + t * xa_rb, w.cols);
   }
 }
 
@@ -101,8 +108,9 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     xa = p;
   }
   if (!repacked) {
-    return run(w, rows, macs, pool,
-               [&](int64_t r0, int64_t r1) { oracle_rows(tt, w, r0, r1, xa, xa_rb, num_tokens, y); });
+    return run(w, rows, macs, pool, [&](int64_t r0, int64_t r1) {
+      oracle_rows(row_dot_for(tt, w.isa), w, r0, r1, xa, xa_rb, num_tokens, y);
+    });
   }
   const IsaKernels& k = tt.tiles_for(w.isa);
   void* xp = ws.get(Workspace::kPrepared, k.prepared_bytes(num_tokens, cols));
@@ -113,7 +121,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   run(w, units, macs, pool, [&](int64_t u0, int64_t u1) {
     const int64_t t1 = std::min(u1, tiles);
     if (u0 < t1) k.tiles(base + u0 * tile_bytes, t1 - u0, xp, cols, num_tokens, y + u0 * kTileRows, rows);
-    if (u1 > tiles) oracle_rows(tt, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
+    if (u1 > tiles) oracle_rows(k.row_dot, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
   });
 }
 
@@ -125,7 +133,7 @@ void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* 
   std::vector<uint8_t> xa(static_cast<size_t>(xa_rb));
   for (int64_t t = 0; t < num_tokens; ++t) {
     tt->from_float(Isa::kScalar, x + t * w.cols, w.cols, xa.data());
-    oracle_rows(*tt, w, 0, w.rows, xa.data(), 0, 1, y + t * w.rows);
+    oracle_rows(tt->vec_dot, w, 0, w.rows, xa.data(), 0, 1, y + t * w.rows);
   }
 }
 
