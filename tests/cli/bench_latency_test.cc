@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -22,8 +24,11 @@ struct CliRun {
 
 // env: variables for this run (prefix of the shell command).
 CliRun run_latency(const std::string& args, const std::string& probe_mib = "8", const std::string& env = "") {
-  const std::string out = testing::TempDir() + "bench_latency_out.txt";
-  const std::string err = testing::TempDir() + "bench_latency_err.txt";
+  // Per process: ctest runs the tests of this file in parallel, each in its own process, and
+  // a shared file name let one test read another's output.
+  const std::string tag = std::to_string(::getpid());
+  const std::string out = testing::TempDir() + "bench_latency_out_" + tag + ".txt";
+  const std::string err = testing::TempDir() + "bench_latency_err_" + tag + ".txt";
   const std::string cmd = env + " " + std::string(PAGELLM_BINARY) + " bench latency -m " + kModel + " --probe-mib " +
                           probe_mib + " --threads 2 " + args + " > " + out + " 2> " + err;
   const int status = std::system(cmd.c_str());
@@ -31,7 +36,10 @@ CliRun run_latency(const std::string& args, const std::string& probe_mib = "8", 
     std::ifstream in(path);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
-  return {status, slurp(out), slurp(err)};
+  CliRun run{status, slurp(out), slurp(err)};
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return run;
 }
 
 TEST(BenchLatencyCli, JsonReportsEveryFigure) {
