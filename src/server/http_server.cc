@@ -248,16 +248,21 @@ void Session::read_body() {
     if (ec || !self->reading_body_ || self->closed_) return;
     self->body_timed_out_ = true;
     beast::error_code ignored;
-    self->stream_.socket().cancel(ignored);  // ends the body read
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%g", self->server_->options.idle_timeout_seconds);
-    self->fail_request(408, std::string("the request body did not arrive within ") + secs + " s");
+    // Ends the body read; its handler answers 408. Answering here would start the response's
+    // write and the next read while the cancelled read is still pending on the stream (Beast
+    // asserts one read at a time: ServeHardening.SlowBodyGets408 aborted under ASan's Debug build).
+    self->stream_.socket().cancel(ignored);
   });
   reading_body_ = true;
   http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
     self->reading_body_ = false;
     self->body_timer_.cancel();
-    if (self->closed_ || self->body_timed_out_) return;  // evicted, or answered 408
+    if (self->closed_) return;  // evicted
+    if (self->body_timed_out_) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", self->server_->options.idle_timeout_seconds);
+      return self->fail_request(408, std::string("the request body did not arrive within ") + secs + " s");
+    }
     if (ec == http::error::body_limit) {
       return self->fail_request(
           413, "request body larger than " + std::to_string(self->server_->options.max_body_bytes) + " bytes");
