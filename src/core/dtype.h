@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/quant_blocks.h"
+
 namespace pagellm {
 
 enum class GgmlType : uint32_t {
@@ -23,6 +25,8 @@ enum class GgmlType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   I8 = 24,
   I16 = 25,
   I32 = 26,

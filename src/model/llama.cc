@@ -18,15 +18,10 @@ kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int6
     throw Error("model '" + f.path() + "': tensor '" + name + "' has shape [" + shape + "], expected [" +
                 std::to_string(cols) + ", " + std::to_string(rows) + "]");
   }
-  switch (t.type) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0: break;
-    default:
-      throw Error("model '" + f.path() + "': tensor '" + name + "' has type " + type_name(t.type) +
-                  ", which pagellm cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0)");
+  if (!kc::matmul_supports(t.type)) {
+    throw Error("model '" + f.path() + "': tensor '" + name + "' has type " + type_name(t.type) +
+                ", which pagellm cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                "q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs)");
   }
   weight_bytes_ += static_cast<int64_t>(t.size_bytes);
   kc::WeightView view{t.type, rows, cols, t.data};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels_test_util.h"
 
@@ -24,14 +25,27 @@ using testing::TestWeights;
 
 std::string name_of(GgmlType t) { return type_name(t); }
 
-// Dequantized q8_0 copy of an activation row (what the quantized kernels actually multiply).
-std::vector<float> q8_roundtrip(const float* x, int64_t n) {
-  std::vector<BlockQ8_0> q(static_cast<size_t>(n / 32));
-  quantize_row_q8_0(x, n, q.data());
+// Dequantized copy of an activation row in the type the quantized kernels actually multiply
+// (q8_0, or q8_K for super-block weights: x = d * q).
+std::vector<float> q8_roundtrip(GgmlType weight_type, const float* x, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
+  if (vec_dot_type(weight_type) == GgmlType::Q8_K) {
+    std::vector<BlockQ8_K> q(static_cast<size_t>(n / kQK_K));
+    quantize_row_q8_K(x, n, q.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const BlockQ8_K& b = q[i / kQK_K];
+      out[i] = b.d * static_cast<float>(b.qs[i % kQK_K]);
+    }
+    return out;
+  }
+  std::vector<BlockQ8_0> q(static_cast<size_t>(n / 32));
+  quantize_row_q8_0_activations(x, n, q.data());
   dequantize_row(GgmlType::Q8_0, q.data(), n, out.data());
   return out;
 }
+
+// Block size of the weight type's dot product (32, or 256 for the super-block types).
+int64_t block_of(GgmlType t) { return type_traits(t).block_size; }
 
 struct Exact {
   double value;  // sum_c w[r,c] * x'[c] in double (x' = x, or its q8_0 round trip)
@@ -73,6 +87,7 @@ TEST_P(MatmulTest, EveryIsaAndLayoutGivesTheOracleBits) {
   Workspace ws;  // one for the whole test: what earlier shapes left in it must not matter
   std::vector<int64_t> col_sizes = {32, 64, 96, 2080};
   if (!is_quant(type)) col_sizes.insert(col_sizes.end(), {7, 33, 100, 172});
+  if (block_of(type) == kQK_K) col_sizes = {256, 512, 2304};
   for (int64_t cols : col_sizes) {
     for (int64_t rows : {1, 7, 16, 33, 100}) {
       const TestWeights w = make_weights(type, rows, cols, rng);
@@ -94,9 +109,9 @@ TEST_P(MatmulTest, EveryIsaAndLayoutGivesTheOracleBits) {
           }
         }
         if (num_tokens > 3) continue;
-        const int64_t terms = is_quant(type) ? 2 * (cols / 32) + 2 : cols + 2;
+        const int64_t terms = is_quant(type) ? 4 * (cols / block_of(type)) + 4 : cols + 2;
         for (int64_t t = 0; t < num_tokens; ++t) {
-          std::vector<float> xt = is_quant(type) ? q8_roundtrip(x.data() + t * cols, cols)
+          std::vector<float> xt = is_quant(type) ? q8_roundtrip(type, x.data() + t * cols, cols)
                                                  : std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols);
           // F16 / BF16 weights see activations rounded to their own type (ggml's vec_dot_type).
           for (float& v : xt) {
@@ -105,7 +120,18 @@ TEST_P(MatmulTest, EveryIsaAndLayoutGivesTheOracleBits) {
           }
           for (int64_t r = 0; r < rows; ++r) {
             const Exact e = exact_dot(w, r, xt.data());
-            ASSERT_NEAR(y_ref[t * rows + r], e.value, terms * kEps * e.abs + 1e-30) << "t " << t << " r " << r;
+            // Types with mins sum q . x and min . sum(x) apart: each can exceed sum |w x|, by up
+            // to max |w| sum |x| (the dequantized values also round once more).
+            double abs = e.abs;
+            if (type != GgmlType::Q8_0 && type != GgmlType::Q4_0 && is_quant(type)) {
+              double wmax = 0, xabs = 0;
+              for (int64_t c = 0; c < cols; ++c) {
+                wmax = std::max(wmax, std::fabs(static_cast<double>(w.dequant[r * cols + c])));
+                xabs += std::fabs(xt[c]);
+              }
+              abs += 2 * wmax * xabs;
+            }
+            ASSERT_NEAR(y_ref[t * rows + r], e.value, terms * kEps * abs + 1e-30) << "t " << t << " r " << r;
           }
         }
       }
@@ -122,6 +148,7 @@ TEST_P(MatmulTest, BatchAndThreadInvariance) {
   ThreadPool pool2(2), pool3(3);
   std::vector<int64_t> col_sizes = {96, 2080};
   if (!is_quant(type)) col_sizes.push_back(100);
+  if (block_of(type) == kQK_K) col_sizes = {256, 2304};
   for (int64_t cols : col_sizes) {
     const int64_t rows = 33;
     const TestWeights tw = make_weights(type, rows, cols, rng);
@@ -155,21 +182,25 @@ TEST_P(MatmulTest, GetRowReadsEitherLayout) {
   const GgmlType type = GetParam();
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: weights are never repacked";
   Rng rng(5);
-  const TestWeights tw = make_weights(type, 37, 64, rng);
+  const int64_t cols = std::max<int64_t>(64, block_of(type));
+  const TestWeights tw = make_weights(type, 37, cols, rng);
   std::vector<uint8_t> buf;
   const WeightView packed = on(tw, Isa::kAvx2, true, buf);
-  ASSERT_EQ(packed.layout, WeightLayout::kRepacked16);
-  std::vector<float> got(64);
+  // Types without tiles stay in GGUF layout (repack_pays is false for them).
+  ASSERT_EQ(packed.layout == WeightLayout::kRepacked16, kernel_traits(type)->repack_tile != nullptr);
+  std::vector<float> got(cols);
   Workspace ws;
   for (int64_t r = 0; r < tw.rows; ++r) {
     get_row(packed, r, got.data(), ws);
-    ASSERT_EQ(std::memcmp(got.data(), tw.dequant.data() + r * 64, 64 * 4), 0) << "row " << r;
+    ASSERT_EQ(std::memcmp(got.data(), tw.dequant.data() + r * cols, cols * 4), 0) << "row " << r;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
-                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                                           GgmlType::Q4_0),
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                                           GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,
+                                           GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                                           GgmlType::Q6_K, GgmlType::IQ4_XS),
                          [](const ::testing::TestParamInfo<GgmlType>& info) { return type_name(info.param); });
 
 // Layouts that cannot be repacked, or read, stop the program (programming errors, PAGELLM_CHECK).
@@ -178,8 +209,10 @@ TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
   const TestWeights f16 = make_weights(GgmlType::F16, 4, 256, rng);  // fewer than 16 rows
   EXPECT_FALSE(repack_pays(f16.view()));
   std::vector<uint8_t> buf(4 * 512);
-  const WeightView q4_1{GgmlType::Q4_1, 4, 64, buf.data()};
+  const WeightView q4_1{GgmlType::Q4_1, 4, 64, buf.data()};  // a type without tiles
   EXPECT_DEATH(repack_weight(q4_1, buf.data() + 256, nullptr), "has no repacked layout");
+  const WeightView q8_1{GgmlType::Q8_1, 4, 64, buf.data()};  // a type matmul does not support
+  EXPECT_DEATH(repack_weight(q8_1, buf.data() + 256, nullptr), "has no repacked layout");
   const TestWeights q = make_weights(GgmlType::Q4_0, 4, 64, rng);
   EXPECT_FALSE(repack_pays(q.view()));
   WeightView v = make_weights(GgmlType::Q8_0, 16, 64, rng).view();
@@ -207,7 +240,14 @@ TEST(Matmul, VecDotTypeComesFromTheTable) {
   EXPECT_EQ(vec_dot_type(GgmlType::BF16), GgmlType::F32);
   EXPECT_EQ(vec_dot_type(GgmlType::Q8_0), GgmlType::Q8_0);
   EXPECT_EQ(vec_dot_type(GgmlType::Q4_0), GgmlType::Q8_0);
-  EXPECT_DEATH(vec_dot_type(GgmlType::Q4_1), "unsupported weight type");
+  EXPECT_EQ(vec_dot_type(GgmlType::Q4_1), GgmlType::Q8_0);
+  EXPECT_EQ(vec_dot_type(GgmlType::Q5_0), GgmlType::Q8_0);
+  EXPECT_EQ(vec_dot_type(GgmlType::IQ4_NL), GgmlType::Q8_0);
+  EXPECT_EQ(vec_dot_type(GgmlType::Q4_K), GgmlType::Q8_K);
+  EXPECT_EQ(vec_dot_type(GgmlType::IQ4_XS), GgmlType::Q8_K);
+  EXPECT_TRUE(matmul_supports(GgmlType::Q6_K));
+  EXPECT_FALSE(matmul_supports(GgmlType::Q8_1));
+  EXPECT_DEATH(vec_dot_type(GgmlType::Q8_1), "unsupported weight type");
 }
 
 // The Isa is chosen once from the CPU and two flags; nothing flips it later.

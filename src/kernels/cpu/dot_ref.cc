@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/dot_chains.h"
 #include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/quant_unpack.h"
 
 namespace pagellm::kernels::ref {
 namespace {
@@ -52,5 +53,14 @@ float dot_f16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n
 float dot_bf16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n) {
   return dot_seq([&](int64_t i) { return bf16_to_fp32(w[i * w_stride]); }, x, n);
 }
+
+template <GgmlType T>
+float dot_unpacked(const void* w, const void* xa, int64_t cols) {
+  using B = typename BlockOf<T>::type;
+  return unpacked_dot(static_cast<const B*>(w), static_cast<const ActBlock<B>*>(xa), cols / QuantFormat<B>::kQK);
+}
+#define PAGELLM_INSTANTIATE(T) template float dot_unpacked<GgmlType::T>(const void*, const void*, int64_t);
+PAGELLM_FOR_EACH_UNPACKED_TYPE(PAGELLM_INSTANTIATE)
+#undef PAGELLM_INSTANTIATE
 
 }  // namespace pagellm::kernels::ref

@@ -8,6 +8,7 @@
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/kernels_r16.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_unpack.h"
 
 namespace pagellm::kernels {
 namespace {
@@ -203,11 +204,38 @@ constexpr KernelTraits quant_row() {
   return t;
 }
 
+// ---- Q4_1 .. IQ4_XS: the unpacked-block arithmetic (quant_unpack.h) ----------------------------
+int64_t q8k_row_bytes(int64_t cols) { return cols / kQK_K * static_cast<int64_t>(sizeof(BlockQ8_K)); }
+
+void q8k_from_float(Isa, const float* x, int64_t cols, void* out) { quantize_row_q8_K(x, cols, out); }
+
+// No tiles yet: every row runs on the oracle (its FMA build with AVX2), in GGUF layout.
+template <GgmlType T>
+constexpr KernelTraits unpacked_row() {
+  KernelTraits t;
+  using B = typename BlockOf<T>::type;
+  t.type = T;
+  t.block_size = QuantFormat<B>::kQK;
+  t.block_bytes = sizeof(B);
+  const bool super = t.block_size == kQK_K;
+  t.vec_dot_type = super ? GgmlType::Q8_K : GgmlType::Q8_0;
+  t.from_float = super ? q8k_from_float : q8_from_float;
+  t.vec_dot_row_bytes = super ? q8k_row_bytes : q8_row_bytes;
+  t.vec_dot = ref::dot_unpacked<T>;
+  t.avx2 = {nullptr, nullptr, nullptr, avx2::dot_unpacked<T>};
+  t.avx512 = t.avx2;
+  return t;
+}
+
 const KernelTraits kF32 = float_row<GgmlType::F32, 4>();
 const KernelTraits kF16 = float_row<GgmlType::F16, 2>();
 const KernelTraits kBF16 = float_row<GgmlType::BF16, 2>();
 const KernelTraits kQ8_0 = quant_row<GgmlType::Q8_0, r16::dot_q8_0_tile_avx2, r16::dot_q8_0_tile_avx512>();
 const KernelTraits kQ4_0 = quant_row<GgmlType::Q4_0, r16::dot_q4_0_tile_avx2, r16::dot_q4_0_tile_avx512>();
+
+#define PAGELLM_ROW(T) const KernelTraits k##T = unpacked_row<GgmlType::T>();
+PAGELLM_FOR_EACH_UNPACKED_TYPE(PAGELLM_ROW)
+#undef PAGELLM_ROW
 
 }  // namespace
 
@@ -218,6 +246,10 @@ const KernelTraits* kernel_traits(GgmlType type) {
     case GgmlType::BF16: return &kBF16;
     case GgmlType::Q8_0: return &kQ8_0;
     case GgmlType::Q4_0: return &kQ4_0;
+#define PAGELLM_CASE(T) \
+  case GgmlType::T: return &k##T;
+      PAGELLM_FOR_EACH_UNPACKED_TYPE(PAGELLM_CASE)
+#undef PAGELLM_CASE
     default: return nullptr;
   }
 }

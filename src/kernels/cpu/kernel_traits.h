@@ -8,6 +8,9 @@
 //   Q8_0/Q4_0     "block sums": x quantized to q8_0 (ggml's x86 activation quantizer), per block
 //                 the exact int32 sum, s = fma(float(isum), d_w * d_x, s), blocks in order
 //                 (ref::dot_*_blocksum).
+//   Q4_1 .. IQ4_XS "unpacked blocks" (quant_unpack.h): x quantized to q8_0 (32-element formats)
+//                 or q8_K (K-quant super-blocks); per block exact int32 sums of sub-block
+//                 scale x (q . x_q) and of min x sum(x_q), then one or two FMAs (ref::dot_unpacked).
 // The scalar `vec_dot` is the oracle (matmul_ref) and the fallback without AVX2; with AVX2 the
 // rows after the last 16-row tile run on `row_dot`, the same source compiled with FMA. The tiles
 // of every ISA give the same bits as the oracle.
@@ -45,7 +48,7 @@ struct KernelTraits {
   GgmlType type = GgmlType::F32;
   int64_t block_size = 1;   // elements per block
   int64_t block_bytes = 4;  // bytes per block
-  // The activation type the weights multiply: F32 (x rounded to the weight's type) or Q8_0.
+  // The activation type the weights multiply: F32 (x rounded to the weight's type), Q8_0 or Q8_K.
   GgmlType vec_dot_type = GgmlType::F32;
   // One activation row: x [cols] f32 -> out, cols elements of vec_dot_type (f32 or q8_0 blocks).
   // isa picks a vectorised version with the same bits.
@@ -54,6 +57,8 @@ struct KernelTraits {
   // The scalar oracle: one weight row in GGUF layout . one activation row in vec_dot_type.
   float (*vec_dot)(const void* w, const void* xa, int64_t cols) = nullptr;
   // One tile of 16 GGUF rows (stride row_bytes) -> WeightLayout::kRepacked16 (16 * row_bytes).
+  // nullptr: the type has no tiles (its rows run on row_dot in GGUF layout; IsaKernels then
+  // holds only row_dot).
   void (*repack_tile)(const uint8_t* src, int64_t row_bytes, int64_t cols, uint8_t* dst) = nullptr;
   // Its inverse for one row: row r in [0, 16) of a repacked tile -> its GGUF bytes (row_bytes).
   void (*unpack_row)(const uint8_t* tile, int r, int64_t cols, uint8_t* row) = nullptr;

@@ -30,6 +30,11 @@ float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb)
 float dot_f32_seq(const float* w, int64_t w_stride, const float* x, int64_t n);
 float dot_f16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n);
 float dot_bf16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t n);
+// The "unpacked block" arithmetic of T in {Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, IQ4_XS}
+// (quant_unpack.h): one GGUF row w of cols elements . one activation row xa in T's vec_dot_type
+// (q8_0 blocks for 32-element formats, q8_K for super-blocks).
+template <GgmlType T>
+float dot_unpacked(const void* w, const void* xa, int64_t cols);
 }  // namespace ref
 
 namespace avx2 {
@@ -40,6 +45,8 @@ float dot_f16_seq(const uint16_t* w, const float* x, int64_t n);
 float dot_bf16_seq(const uint16_t* w, const float* x, int64_t n);
 float dot_q8_0_q8_0_blocksum(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb);
 float dot_q4_0_q8_0_blocksum(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb);
+template <GgmlType T>
+float dot_unpacked(const void* w, const void* xa, int64_t cols);
 // Attention's q . k on AVX2 (attention_avx2.cc): ggml's ggml_vec_dot_f32 order (4 x 8 lanes over
 // steps of 32, then steps of 8, hsum, scalar tail); ref::dot_f32 / dot_f16's bits.
 float dot_f32(const float* w, const float* x, int64_t n);

@@ -63,6 +63,8 @@ void run(const WeightView& w, int64_t units, int64_t macs, ThreadPool* pool,
 
 }  // namespace
 
+bool matmul_supports(GgmlType weight_type) { return kernel_traits(weight_type) != nullptr; }
+
 GgmlType vec_dot_type(GgmlType weight_type) {
   const KernelTraits* tt = kernel_traits(weight_type);
   PAGELLM_CHECK(tt != nullptr, "vec_dot_type: unsupported weight type " + type_name(weight_type));

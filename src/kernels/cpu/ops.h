@@ -18,7 +18,8 @@
 namespace pagellm::kernels {
 
 // A weight matrix in GGUF layout: `rows` rows of `cols` elements; each row is contiguous and
-// stored in `type` (F32, F16, BF16, Q8_0 or Q4_0; quantized rows are cols/32 blocks).
+// stored in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: blocks of 32;
+// Q2_K .. Q6_K, IQ4_XS: super-blocks of 256; matmul_supports says which).
 // In ggml terms: ne[0] = cols, ne[1] = rows.
 // layout kRepacked16 (made by repack_weight): the same bytes, rows interleaved in tiles of 16;
 // Q8_0/Q4_0 block by block for the block-sum kernels (kernels_r16.h), F32/F16/BF16 element by
@@ -38,8 +39,8 @@ struct WeightView {
 };
 
 // ---- weight repacking (load time) ---------------------------------------------------------
-// True when matmul runs repack_weight(w) on tiles: a type of the kernel table (Q8_0/Q4_0/F32/
-// F16/BF16) in GGUF layout with at least 16 rows, and w.isa >= kAvx2. The bits are the same
+// True when matmul runs repack_weight(w) on tiles: a type of the kernel table with tiles (Q8_0/
+// Q4_0/F32/F16/BF16) in GGUF layout with at least 16 rows, and w.isa >= kAvx2. The bits are the same
 // either way (one arithmetic per weight family, kernel_traits.h): repacking is only for speed.
 bool repack_pays(const WeightView& w);
 // Writes w's rows in WeightLayout::kRepacked16 into out (w.rows * w.row_bytes() bytes, any
@@ -53,20 +54,28 @@ void get_row(const WeightView& w, int64_t r, float* out, Workspace& ws);
 
 // ---- dequantization (block formulas of ggml-common.h) -------------------------------------
 // q4_0: x[j] = d * ((qs[j] & 0xF) - 8), x[j+16] = d * ((qs[j] >> 4) - 8), j in [0,16).
-// q8_0: x[j] = d * qs[j].
-// out: [cols] f32.
+// q8_0: x[j] = d * qs[j]. The others: core/quant_blocks.h, one formula per struct.
+// out: [cols] f32. Aborts (PAGELLM_CHECK) for a type matmul_supports rejects or a cols that is
+// not a multiple of the block size.
 void dequantize_row(GgmlType type, const void* row, int64_t cols, float* out);
 // Reference quantizers (round to nearest, as ggml's quantize_row_*_ref): n % 32 == 0.
 void quantize_row_q8_0(const float* x, int64_t n, void* out);
 void quantize_row_q4_0(const float* x, int64_t n, void* out);
+// The K-quant activation quantizer (ggml's quantize_row_q8_K_ref, the arithmetic written from its
+// description): per 256 values, iscale = -127 / (the signed value of largest magnitude),
+// q = min(127, round_half_even(iscale * x)), d = 1 / iscale, bsums per 16. n % 256 == 0.
+void quantize_row_q8_K(const float* x, int64_t n, void* out);
 // Activation quantizer of the quantized matmuls: the arithmetic of ggml's x86 quantize_row_q8_0
 // (id = 127 / amax, round half to even), so that Q8_0/Q4_0 logits track llama.cpp's on x86.
 // It differs from quantize_row_q8_0 (weights: id = 1 / d, round half away from zero) in the last
 // bit of a few quants.
 // The activation type a weight type multiplies (the kernel table's vec_dot_type): F32 for
-// F32/F16/BF16 (rounded to the weight's type inside matmul), Q8_0 for Q8_0/Q4_0. Throws
-// (PAGELLM_CHECK, aborts) for a type matmul does not support.
+// F32/F16/BF16 (rounded to the weight's type inside matmul), Q8_0 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/
+// IQ4_NL, Q8_K for the K-quants and IQ4_XS. Aborts (PAGELLM_CHECK) for a type matmul does not
+// support.
 GgmlType vec_dot_type(GgmlType weight_type);
+// True when matmul (and dequantize_row, get_row) compute with weights of this type.
+bool matmul_supports(GgmlType weight_type);
 void quantize_row_q8_0_activations(const float* x, int64_t n, void* out);
 // x: [num_tokens, cols] f32 (cols % 32 == 0) -> out: [num_tokens, cols / 32] q8_0 blocks, each row
 // quantized by quantize_row_q8_0_activations (vectorised on AVX2 / AVX-512 CPUs, the same bits):

@@ -8,8 +8,21 @@
 
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_unpack.h"
 
 namespace pagellm::kernels {
+namespace {
+
+template <GgmlType T>
+void dequantize_unpacked(const void* row, int64_t cols, float* out) {
+  using B = typename BlockOf<T>::type;
+  constexpr int kQK = QuantFormat<B>::kQK;
+  PAGELLM_CHECK(cols % kQK == 0, type_name(T) + " row of " + std::to_string(cols));
+  const auto* b = static_cast<const B*>(row);
+  for (int64_t i = 0; i < cols / kQK; ++i) unpacked_dequantize(b[i], out + i * kQK);
+}
+
+}  // namespace
 
 void dequantize_row(GgmlType type, const void* row, int64_t cols, float* out) {
   switch (type) {
@@ -46,6 +59,10 @@ void dequantize_row(GgmlType type, const void* row, int64_t cols, float* out) {
       }
       return;
     }
+#define PAGELLM_CASE(T) \
+  case GgmlType::T: return dequantize_unpacked<GgmlType::T>(row, cols, out);
+      PAGELLM_FOR_EACH_UNPACKED_TYPE(PAGELLM_CASE)
+#undef PAGELLM_CASE
     default: break;
   }
   PAGELLM_CHECK(false, "dequantize_row: unsupported type " + type_name(type));
@@ -86,6 +103,36 @@ void quantize_row_q8_0_activations(const float* x, int64_t n, void* out) {
     y[i].d = fp32_to_fp16(amax / 127.0f);
     // Round half to even (the default FP rounding mode), as the vector round instruction does.
     for (int j = 0; j < kQK8_0; ++j) y[i].qs[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+  }
+}
+
+void quantize_row_q8_K(const float* x, int64_t n, void* out) {
+  PAGELLM_CHECK(n % kQK_K == 0, "q8_K row of " + std::to_string(n));
+  auto* y = static_cast<BlockQ8_K*>(out);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* xb = x + i * kQK_K;
+    float amax = 0.0f, vmax = 0.0f;  // the signed value of largest magnitude (first on ties)
+    for (int j = 0; j < kQK_K; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        vmax = xb[j];
+      }
+    }
+    if (amax == 0.0f) {
+      std::memset(&y[i], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    const float iscale = -127.0f / vmax;
+    for (int j = 0; j < kQK_K; ++j) {
+      // Round half to even (ggml's nearest_int); the largest magnitude maps to -127.
+      y[i].qs[j] = static_cast<int8_t>(std::min(127.0f, std::nearbyint(iscale * xb[j])));
+    }
+    for (int s = 0; s < kQK_K / 16; ++s) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += y[i].qs[16 * s + j];
+      y[i].bsums[s] = static_cast<int16_t>(sum);
+    }
+    y[i].d = 1.0f / iscale;
   }
 }
 

@@ -13,13 +13,15 @@
 namespace pagellm::kernels {
 
 bool repack_pays(const WeightView& w) {
-  return kernel_traits(w.type) != nullptr && w.layout == WeightLayout::kGguf && w.isa >= Isa::kAvx2 &&
+  const KernelTraits* tt = kernel_traits(w.type);
+  return tt != nullptr && tt->repack_tile != nullptr && w.layout == WeightLayout::kGguf && w.isa >= Isa::kAvx2 &&
          w.rows >= kTileRows;
 }
 
 WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
   const KernelTraits* tt = kernel_traits(w.type);
-  PAGELLM_CHECK(tt != nullptr, "repack_weight: " + type_name(w.type) + " has no repacked layout");
+  PAGELLM_CHECK(tt != nullptr && tt->repack_tile != nullptr,
+                "repack_weight: " + type_name(w.type) + " has no repacked layout");
   PAGELLM_CHECK(w.layout == WeightLayout::kGguf, "repack_weight: already repacked");
   PAGELLM_CHECK(w.cols % tt->block_size == 0 && w.rows >= 0, "repack_weight: bad shape");
   const int64_t rb = w.row_bytes();
