@@ -158,5 +158,39 @@ TEST(KernelTable, EveryIsaGivesTheSameLogits) {
   }
 }
 
+// The quantized types beyond Q8_0 / Q4_0, on llama.cpp's own files (../shared/testdata/kquant,
+// llama-quantize's mixes: Q4_K_M is Q4_K + Q6_K, Q3_K_M is Q3_K + Q4_K + Q5_K + Q6_K, ...): each
+// sequence's logits alone equal its logits batched and chunked, with 1 or 2 threads, and on
+// every ISA this CPU has (scalar oracles, AVX2 tiles, AVX-512 VNNI tiles).
+class BatchInvarianceKquant : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchInvarianceKquant, AloneVsBatchedVsChunkedOnEveryIsa) {
+  auto file = GgufFile::open(test::testdata("kquant/llama-kq-s7-" + GetParam() + ".gguf"));
+  ThreadPool pool2(2), pool1(1);
+  LlamaModel model(*file, &pool2);
+  std::mt19937 rng(99);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int len : {37, 5, 20, 1}) prompts.push_back(random_tokens(rng, len, model.config().vocab_size));
+  std::vector<std::vector<float>> alone;
+  for (const auto& p : prompts) alone.push_back(run(model, {p}, p.size(), 1, 3)[0]);
+  for (kernels::Isa isa : kernels::usable_isas()) {
+    for (ThreadPool* pool : {&pool1, &pool2}) {
+      LlamaModel m(*file, pool, isa);
+      for (size_t chunk : {size_t{1}, size_t{7}, size_t{1000}}) {
+        const auto got = run(m, prompts, chunk, 3, 3);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          EXPECT_TRUE(same_bits(got[i], alone[i]))
+              << kernels::isa_name(isa) << " threads " << pool->num_threads() << " chunk " << chunk << " seq " << i;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, BatchInvarianceKquant,
+                         ::testing::Values("q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q6_k", "iq4_xs", "q4_1", "q5_0",
+                                           "q5_1", "iq4_nl"),
+                         [](const auto& info) { return std::string(info.param); });
+
 }  // namespace
 }  // namespace pagellm

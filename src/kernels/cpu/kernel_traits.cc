@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/kernels_kq.h"
 #include "kernels/cpu/kernels_r16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_unpack.h"
@@ -233,9 +234,61 @@ const KernelTraits kBF16 = float_row<GgmlType::BF16, 2>();
 const KernelTraits kQ8_0 = quant_row<GgmlType::Q8_0, r16::dot_q8_0_tile_avx2, r16::dot_q8_0_tile_avx512>();
 const KernelTraits kQ4_0 = quant_row<GgmlType::Q4_0, r16::dot_q4_0_tile_avx2, r16::dot_q4_0_tile_avx512>();
 
-#define PAGELLM_ROW(T) const KernelTraits k##T = unpacked_row<GgmlType::T>();
-PAGELLM_FOR_EACH_UNPACKED_TYPE(PAGELLM_ROW)
-#undef PAGELLM_ROW
+// ---- Q2_K .. Q6_K, IQ4_XS: the same arithmetic on repacked super-block tiles (kernels_kq.h) -----
+int64_t kq_prepared_bytes(int64_t num_tokens, int64_t cols) { return num_tokens * q8k_row_bytes(cols); }
+
+void kq_prepare(const float*, const void* xa, int64_t num_tokens, int64_t cols, void* out) {
+  std::memcpy(out, xa, static_cast<size_t>(kq_prepared_bytes(num_tokens, cols)));
+}
+
+// Every tile x token tiles of up to kq::kMaxTileTokens (the tile's weights stay in cache).
+template <GgmlType T, kq::TileFn kDot>
+void kq_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y, int64_t ys) {
+  const int64_t nb = cols / kQK_K, tile_bytes = kTileRows * row_size_bytes(T, cols);
+  const auto* xb = static_cast<const BlockQ8_K*>(xp);
+  float out[kTileRows * kq::kMaxTileTokens];
+  for (int64_t i = 0; i < tiles; ++i) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w) + i * tile_bytes;
+    for (int64_t t0 = 0; t0 < num_tokens; t0 += kq::kMaxTileTokens) {
+      const int m = static_cast<int>(std::min<int64_t>(kq::kMaxTileTokens, num_tokens - t0));
+      kDot(tile, xb + t0 * nb, nb, nb, m, out);
+      for (int k = 0; k < m; ++k) {
+        std::memcpy(y + (t0 + k) * ys + i * kTileRows, out + k * kTileRows, kTileRows * sizeof(float));
+      }
+    }
+  }
+}
+
+template <GgmlType T>
+void kq_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
+  kq::repack_tile(T, src, rb, cols, dst);
+}
+template <GgmlType T>
+void kq_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row) {
+  kq::unpack_row(T, tile, r, cols, row);
+}
+
+template <GgmlType T>
+constexpr KernelTraits kq_row() {
+  KernelTraits t = unpacked_row<T>();
+  t.repack_tile = kq_repack_tile<T>;
+  t.unpack_row = kq_unpack_row<T>;
+  t.avx512_needs = Isa::kAvx512Vnni;
+  t.avx2 = {kq_prepared_bytes, kq_prepare, kq_tiles<T, kq::dot_tile_avx2<T>>, avx2::dot_unpacked<T>};
+  t.avx512 = {kq_prepared_bytes, kq_prepare, kq_tiles<T, kq::dot_tile_avx512<T>>, avx2::dot_unpacked<T>};
+  return t;
+}
+
+const KernelTraits kQ4_1 = unpacked_row<GgmlType::Q4_1>();
+const KernelTraits kQ5_0 = unpacked_row<GgmlType::Q5_0>();
+const KernelTraits kQ5_1 = unpacked_row<GgmlType::Q5_1>();
+const KernelTraits kIQ4_NL = unpacked_row<GgmlType::IQ4_NL>();
+const KernelTraits kQ2_K = kq_row<GgmlType::Q2_K>();
+const KernelTraits kQ3_K = kq_row<GgmlType::Q3_K>();
+const KernelTraits kQ4_K = kq_row<GgmlType::Q4_K>();
+const KernelTraits kQ5_K = kq_row<GgmlType::Q5_K>();
+const KernelTraits kQ6_K = kq_row<GgmlType::Q6_K>();
+const KernelTraits kIQ4_XS = kq_row<GgmlType::IQ4_XS>();
 
 }  // namespace
 

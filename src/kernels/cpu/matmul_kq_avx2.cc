@@ -1,0 +1,137 @@
+// AVX2 matmul tiles on repacked K-quant weights (Q2_K .. Q6_K, IQ4_XS; layout and arithmetic:
+// kernels_kq.h, decoders: kq_decoders.h), for CPUs without AVX-512 VNNI. Bit-identical to
+// matmul_kq_avx512vnni.cc: both form the oracle's exact int32 sums, then its float steps.
+//
+// A ymm holds 8 rows: the tile is done in two halves (rows 8h .. 8h + 7 are the h-th 32 bytes of
+// every 64-byte quant vector). There is no VPDPBUSD: VPMADDUBSW multiplies the unsigned quant
+// bytes by 4 broadcast activation bytes into int16 pairs (at most 2 * 63 * 127 = 16002: no
+// saturation), VPMADDWD against ones adds the pairs into the row's int32 lane. IQ4_XS's q + 128
+// would saturate (2 * 241 * 127), so there the signed code-book value is split as |q| and the
+// activation takes q's sign (VPSIGNB), and no offset is subtracted.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/cpu/dispatch_m.h"
+#include "kernels/cpu/kq_decoders.h"
+
+namespace pagellm::kernels::kq {
+namespace {
+
+constexpr int64_t kPrefetchBytes = 8192;  // as matmul_r16_avx2.cc
+
+// The SIMD adapter of kq_decoders.h for half h of a tile (8 rows).
+struct S256 {
+  using I = __m256i;  // 8 int32 lanes, or 32 bytes: 4 per row
+  using B = __m128i;  // one byte per row (the low 8 bytes)
+  int h = 0;
+  I vec(const uint8_t* p) const { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h)); }
+  B bytes(const uint8_t* p) const { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h)); }
+  __m256 halves(const uint8_t* p) const {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+  }
+  I u16_to_i32(const uint8_t* p) const {
+    return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+  }
+  I srl(I v, int n) const { return _mm256_srli_epi16(v, n); }
+  B srl(B v, int n) const { return _mm_srli_epi16(v, n); }
+  I sll(I v, int n) const { return _mm256_slli_epi16(v, n); }
+  B sll(B v, int n) const { return _mm_slli_epi16(v, n); }
+  I and8(I v, int m) const { return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
+  B and8(B v, int m) const { return _mm_and_si128(v, _mm_set1_epi8(static_cast<char>(m))); }
+  I or8(I a, I b) const { return _mm256_or_si256(a, b); }
+  B or8(B a, B b) const { return _mm_or_si128(a, b); }
+  I u8_to_i32(B v) const { return _mm256_cvtepu8_epi32(v); }
+  I i8_to_i32(B v) const { return _mm256_cvtepi8_epi32(v); }
+  I sub32(I v, int c) const { return _mm256_sub_epi32(v, _mm256_set1_epi32(c)); }
+  I srl32(I v, int n) const { return _mm256_srli_epi32(v, n); }
+  I sll32(I v, int n) const { return _mm256_slli_epi32(v, n); }
+  I and32(I v, int m) const { return _mm256_and_si256(v, _mm256_set1_epi32(m)); }
+  I or32(I a, I b) const { return _mm256_or_si256(a, b); }
+  I lookup16(const uint8_t* table, I idx) const {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table))),
+                               idx);
+  }
+};
+
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Rows 8h .. 8h + 7 of the tile x M tokens -> out[k * 16 + 8h + r].
+template <class D, int M>
+void kq_half(const uint8_t* tile, int h, const BlockQ8_K* x, int64_t xs, int64_t nb, float* out) {
+  constexpr int kSubs = kQK_K / D::kSub;
+  constexpr int64_t kGroup = kRows * static_cast<int64_t>(sizeof(typename D::Block));
+  constexpr bool kSigned = D::kOffset == 128;  // see the file comment
+  const S256 v{h};
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[M];
+  for (int k = 0; k < M; ++k) acc[k] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = tile + b * kGroup;
+    if (h == 0) {
+      for (int64_t o = 0; o < kGroup; o += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + o), _MM_HINT_T0);
+      }
+    }
+    __m256i isum[M], msum[M];
+    for (int k = 0; k < M; ++k) isum[k] = msum[k] = _mm256_setzero_si256();
+    for (int s = 0; s < kSubs; ++s) {
+      __m256i sc, mn;
+      D::scale(v, g, s, sc, mn);
+      __m256i a[M];
+      for (int k = 0; k < M; ++k) a[k] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = 0; j < D::kSub / 4; ++j) {
+        __m256i u = D::quants(v, g, s, j), w = u;
+        if constexpr (kSigned) {
+          w = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));  // the signed value
+          u = _mm256_sign_epi8(w, w);                                          // |q|
+        }
+        for (int k = 0; k < M; ++k) {
+          __m256i xc = bcast4(x[k * xs + b].qs + s * D::kSub + 4 * j);
+          if constexpr (kSigned) xc = _mm256_sign_epi8(xc, w);
+          a[k] = _mm256_add_epi32(a[k], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xc), ones));
+        }
+      }
+      for (int k = 0; k < M; ++k) {
+        const int16_t* bs = x[k * xs + b].bsums;
+        const int32_t xsum = D::kSub == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
+        if constexpr (D::kOffset != 0 && !kSigned) a[k] = _mm256_sub_epi32(a[k], _mm256_set1_epi32(D::kOffset * xsum));
+        isum[k] = _mm256_add_epi32(isum[k], _mm256_mullo_epi32(sc, a[k]));
+        if constexpr (D::kHasMin) msum[k] = _mm256_add_epi32(msum[k], _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum)));
+      }
+    }
+    const __m256 d = v.halves(field(g, D::kD));
+    const __m256 dm = D::kHasMin ? _mm256_sub_ps(_mm256_setzero_ps(), v.halves(field(g, D::kDmin))) : d;  // -dmin
+    for (int k = 0; k < M; ++k) {
+      const __m256 dx = _mm256_set1_ps(x[k * xs + b].d);
+      acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_mul_ps(d, dx), acc[k]);
+      if constexpr (D::kHasMin) acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[k]), _mm256_mul_ps(dm, dx), acc[k]);
+    }
+  }
+  for (int k = 0; k < M; ++k) _mm256_storeu_ps(out + k * kRows + 8 * h, acc[k]);
+}
+
+}  // namespace
+
+template <GgmlType T>
+void dot_tile_avx2(const void* tile, const BlockQ8_K* x, int64_t xs, int64_t nb, int m, float* out) {
+  const auto* t = static_cast<const uint8_t*>(tile);
+  with_m<kMaxTileTokens>(m, [&](auto mc) {
+    using D = typename DecoderOf<T, S256>::type;
+    kq_half<D, mc.value>(t, 0, x, xs, nb, out);
+    kq_half<D, mc.value>(t, 1, x, xs, nb, out);
+  });
+}
+template void dot_tile_avx2<GgmlType::Q2_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q3_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q4_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q5_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q6_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::IQ4_XS>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+
+}  // namespace pagellm::kernels::kq

@@ -1,0 +1,113 @@
+// AVX-512 VNNI matmul tiles on repacked K-quant weights (Q2_K .. Q6_K, IQ4_XS; layout and
+// arithmetic: kernels_kq.h, decoders: kq_decoders.h). Entered only with Isa::kAvx512Vnni.
+//
+// One zmm lane per weight row. Per super-block the f16 factors of 16 rows convert in one
+// instruction and each sub-block's 6-bit scales decode once for all tokens, one byte per row;
+// per sub-block and token, VPDPBUSD multiplies 4 unsigned quant bytes (q + offset) of 16 rows by
+// 4 broadcast activation bytes. The int32 sums are exact, so this order gives the oracle's
+// integers, and the float steps are the oracle's.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/cpu/dispatch_m.h"
+#include "kernels/cpu/kq_decoders.h"
+
+namespace pagellm::kernels::kq {
+namespace {
+
+constexpr int64_t kPrefetchBytes = 8192;  // as matmul_r16_avx512vnni.cc
+
+// The SIMD adapter of kq_decoders.h: all 16 rows of a tile in one register.
+struct S512 {
+  using I = __m512i;  // 16 int32 lanes, or 64 bytes: 4 per row
+  using B = __m128i;  // one byte per row
+  I vec(const uint8_t* p) const { return _mm512_loadu_si512(p); }
+  B bytes(const uint8_t* p) const { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+  __m512 halves(const uint8_t* p) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  I u16_to_i32(const uint8_t* p) const {
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  I srl(I v, int n) const { return _mm512_srli_epi16(v, n); }
+  B srl(B v, int n) const { return _mm_srli_epi16(v, n); }
+  I sll(I v, int n) const { return _mm512_slli_epi16(v, n); }
+  B sll(B v, int n) const { return _mm_slli_epi16(v, n); }
+  I and8(I v, int m) const { return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(m))); }
+  B and8(B v, int m) const { return _mm_and_si128(v, _mm_set1_epi8(static_cast<char>(m))); }
+  I or8(I a, I b) const { return _mm512_or_si512(a, b); }
+  B or8(B a, B b) const { return _mm_or_si128(a, b); }
+  I u8_to_i32(B v) const { return _mm512_cvtepu8_epi32(v); }
+  I i8_to_i32(B v) const { return _mm512_cvtepi8_epi32(v); }
+  I sub32(I v, int c) const { return _mm512_sub_epi32(v, _mm512_set1_epi32(c)); }
+  I srl32(I v, int n) const { return _mm512_srli_epi32(v, n); }
+  I sll32(I v, int n) const { return _mm512_slli_epi32(v, n); }
+  I and32(I v, int m) const { return _mm512_and_si512(v, _mm512_set1_epi32(m)); }
+  I or32(I a, I b) const { return _mm512_or_si512(a, b); }
+  I lookup16(const uint8_t* table, I idx) const {
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(bytes(table)), idx);
+  }
+};
+
+template <class D, int M>
+void kq_tile(const uint8_t* tile, const BlockQ8_K* x, int64_t xs, int64_t nb, float* out) {
+  constexpr int kSubs = kQK_K / D::kSub;
+  constexpr int64_t kGroup = kRows * static_cast<int64_t>(sizeof(typename D::Block));
+  const S512 v;
+  __m512 acc[M];
+  for (int k = 0; k < M; ++k) acc[k] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = tile + b * kGroup;
+    for (int64_t o = 0; o < kGroup; o += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + o), _MM_HINT_T0);
+    }
+    __m512i isum[M], msum[M];
+    for (int k = 0; k < M; ++k) isum[k] = msum[k] = _mm512_setzero_si512();
+    for (int s = 0; s < kSubs; ++s) {
+      __m512i sc, mn;
+      D::scale(v, g, s, sc, mn);
+      __m512i a[M];
+      for (int k = 0; k < M; ++k) a[k] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int j = 0; j < D::kSub / 4; ++j) {
+        const __m512i u = D::quants(v, g, s, j);
+        for (int k = 0; k < M; ++k) {
+          const __m512i xc = _mm512_broadcastd_epi32(_mm_loadu_si32(x[k * xs + b].qs + s * D::kSub + 4 * j));
+          a[k] = _mm512_dpbusd_epi32(a[k], u, xc);
+        }
+      }
+      for (int k = 0; k < M; ++k) {
+        const int16_t* bs = x[k * xs + b].bsums;
+        const int32_t xsum = D::kSub == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
+        if constexpr (D::kOffset != 0) a[k] = _mm512_sub_epi32(a[k], _mm512_set1_epi32(D::kOffset * xsum));
+        isum[k] = _mm512_add_epi32(isum[k], _mm512_mullo_epi32(sc, a[k]));
+        if constexpr (D::kHasMin) msum[k] = _mm512_add_epi32(msum[k], _mm512_mullo_epi32(mn, _mm512_set1_epi32(xsum)));
+      }
+    }
+    const __m512 d = v.halves(field(g, D::kD));
+    const __m512 dm = D::kHasMin ? _mm512_sub_ps(_mm512_setzero_ps(), v.halves(field(g, D::kDmin))) : d;  // -dmin
+    for (int k = 0; k < M; ++k) {
+      const __m512 dx = _mm512_set1_ps(x[k * xs + b].d);
+      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k]), _mm512_mul_ps(d, dx), acc[k]);
+      if constexpr (D::kHasMin) acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum[k]), _mm512_mul_ps(dm, dx), acc[k]);
+    }
+  }
+  for (int k = 0; k < M; ++k) _mm512_storeu_ps(out + k * kRows, acc[k]);
+}
+
+}  // namespace
+
+template <GgmlType T>
+void dot_tile_avx512(const void* tile, const BlockQ8_K* x, int64_t xs, int64_t nb, int m, float* out) {
+  const auto* t = static_cast<const uint8_t*>(tile);
+  with_m<kMaxTileTokens>(m, [&](auto mc) { kq_tile<typename DecoderOf<T, S512>::type, mc.value>(t, x, xs, nb, out); });
+}
+template void dot_tile_avx512<GgmlType::Q2_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q3_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q4_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q5_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q6_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::IQ4_XS>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+
+}  // namespace pagellm::kernels::kq

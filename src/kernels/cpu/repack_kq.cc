@@ -1,0 +1,90 @@
+// The tiled layout of the K-quant super-block types (kernels_kq.h): field tables and the byte
+// moves between GGUF rows and tiles. Baseline code, no intrinsics.
+#include <cstddef>
+
+#include "core/error.h"
+#include "kernels/cpu/kernels_kq.h"
+
+namespace pagellm::kernels::kq {
+namespace {
+
+constexpr Field kQ2K[] = {{offsetof(BlockQ2_K, scales), 16, 1},
+                          {offsetof(BlockQ2_K, qs), 64, 4},
+                          {offsetof(BlockQ2_K, d), 2, 2},
+                          {offsetof(BlockQ2_K, dmin), 2, 2}};
+constexpr Field kQ3K[] = {{offsetof(BlockQ3_K, hmask), 32, 4},
+                          {offsetof(BlockQ3_K, qs), 64, 4},
+                          {offsetof(BlockQ3_K, scales), 12, 1},
+                          {offsetof(BlockQ3_K, d), 2, 2}};
+constexpr Field kQ4K[] = {{offsetof(BlockQ4_K, d), 2, 2},
+                          {offsetof(BlockQ4_K, dmin), 2, 2},
+                          {offsetof(BlockQ4_K, scales), 12, 1},
+                          {offsetof(BlockQ4_K, qs), 128, 4}};
+constexpr Field kQ5K[] = {{offsetof(BlockQ5_K, d), 2, 2},
+                          {offsetof(BlockQ5_K, dmin), 2, 2},
+                          {offsetof(BlockQ5_K, scales), 12, 1},
+                          {offsetof(BlockQ5_K, qh), 32, 4},
+                          {offsetof(BlockQ5_K, qs), 128, 4}};
+constexpr Field kQ6K[] = {{offsetof(BlockQ6_K, ql), 128, 4},
+                          {offsetof(BlockQ6_K, qh), 64, 4},
+                          {offsetof(BlockQ6_K, scales), 16, 1},
+                          {offsetof(BlockQ6_K, d), 2, 2}};
+constexpr Field kIQ4XS[] = {{offsetof(BlockIQ4_XS, d), 2, 2},
+                            {offsetof(BlockIQ4_XS, scales_h), 2, 2},
+                            {offsetof(BlockIQ4_XS, scales_l), 4, 1},
+                            {offsetof(BlockIQ4_XS, qs), 128, 4}};
+
+template <size_t N>
+const Field* table(const Field (&t)[N], int* n) {
+  *n = static_cast<int>(N);
+  return t;
+}
+
+// Byte i of row r's field f -> its offset in the group.
+int64_t tiled(const Field& f, int r, int i) {
+  return int64_t{16} * f.offset + (int64_t{i / f.lane} * kRows + r) * f.lane + i % f.lane;
+}
+
+}  // namespace
+
+const Field* fields_of(GgmlType type, int* n) {
+  switch (type) {
+    case GgmlType::Q2_K: return table(kQ2K, n);
+    case GgmlType::Q3_K: return table(kQ3K, n);
+    case GgmlType::Q4_K: return table(kQ4K, n);
+    case GgmlType::Q5_K: return table(kQ5K, n);
+    case GgmlType::Q6_K: return table(kQ6K, n);
+    case GgmlType::IQ4_XS: return table(kIQ4XS, n);
+    default: *n = 0; return nullptr;
+  }
+}
+
+void repack_tile(GgmlType type, const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
+  int nf = 0;
+  const Field* fs = fields_of(type, &nf);
+  PAGELLM_CHECK(fs != nullptr, "kq::repack_tile: " + type_name(type));
+  const int64_t bb = type_traits(type).type_size;
+  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+    uint8_t* g = dst + b * kRows * bb;
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* blk = src + r * rb + b * bb;
+      for (int f = 0; f < nf; ++f)
+        for (int i = 0; i < fs[f].size; ++i) g[tiled(fs[f], r, i)] = blk[fs[f].offset + i];
+    }
+  }
+}
+
+void unpack_row(GgmlType type, const uint8_t* tile, int r, int64_t cols, uint8_t* row) {
+  int nf = 0;
+  const Field* fs = fields_of(type, &nf);
+  PAGELLM_CHECK(fs != nullptr, "kq::unpack_row: " + type_name(type));
+  const int64_t bb = type_traits(type).type_size;
+  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+    const uint8_t* g = tile + b * kRows * bb;
+    uint8_t* blk = row + b * bb;
+    for (int f = 0; f < nf; ++f)
+      for (int i = 0; i < fs[f].size; ++i) blk[fs[f].offset + i] = g[tiled(fs[f], r, i)];
+  }
+}
+
+}  // namespace pagellm::kernels::kq
