@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/kernels_impl.h"
@@ -210,7 +211,7 @@ int64_t q8k_row_bytes(int64_t cols) { return cols / kQK_K * static_cast<int64_t>
 
 void q8k_from_float(Isa, const float* x, int64_t cols, void* out) { quantize_row_q8_K(x, cols, out); }
 
-// No tiles yet: every row runs on the oracle (its FMA build with AVX2), in GGUF layout.
+// The oracle's columns of the row (kq_row adds the tiles).
 template <GgmlType T>
 constexpr KernelTraits unpacked_row() {
   KernelTraits t;
@@ -234,18 +235,33 @@ const KernelTraits kBF16 = float_row<GgmlType::BF16, 2>();
 const KernelTraits kQ8_0 = quant_row<GgmlType::Q8_0, r16::dot_q8_0_tile_avx2, r16::dot_q8_0_tile_avx512>();
 const KernelTraits kQ4_0 = quant_row<GgmlType::Q4_0, r16::dot_q4_0_tile_avx2, r16::dot_q4_0_tile_avx512>();
 
-// ---- Q2_K .. Q6_K, IQ4_XS: the same arithmetic on repacked super-block tiles (kernels_kq.h) -----
-int64_t kq_prepared_bytes(int64_t num_tokens, int64_t cols) { return num_tokens * q8k_row_bytes(cols); }
+// ---- the same arithmetic on repacked tiles (kernels_kq.h) ---------------------------------------
+// Activations: q8_K rows as they are (super-block types), or q8_0 blocks with their sums.
+template <GgmlType T>
+constexpr bool kSuper = QuantFormat<typename BlockOf<T>::type>::kQK == kQK_K;
+template <GgmlType T>
+using KqAct = std::conditional_t<kSuper<T>, BlockQ8_K, kq::XBlock32>;
 
+template <GgmlType T>
+int64_t kq_prepared_bytes(int64_t num_tokens, int64_t cols) {
+  return num_tokens * (cols / QuantFormat<typename BlockOf<T>::type>::kQK) * static_cast<int64_t>(sizeof(KqAct<T>));
+}
+
+template <GgmlType T>
 void kq_prepare(const float*, const void* xa, int64_t num_tokens, int64_t cols, void* out) {
-  std::memcpy(out, xa, static_cast<size_t>(kq_prepared_bytes(num_tokens, cols)));
+  if constexpr (kSuper<T>) {
+    std::memcpy(out, xa, static_cast<size_t>(kq_prepared_bytes<T>(num_tokens, cols)));
+  } else {
+    kq::prepare32(static_cast<const BlockQ8_0*>(xa), num_tokens * (cols / kQK8_0), static_cast<kq::XBlock32*>(out));
+  }
 }
 
 // Every tile x token tiles of up to kq::kMaxTileTokens (the tile's weights stay in cache).
 template <GgmlType T, kq::TileFn kDot>
 void kq_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y, int64_t ys) {
-  const int64_t nb = cols / kQK_K, tile_bytes = kTileRows * row_size_bytes(T, cols);
-  const auto* xb = static_cast<const BlockQ8_K*>(xp);
+  const int64_t nb = cols / QuantFormat<typename BlockOf<T>::type>::kQK;
+  const int64_t tile_bytes = kTileRows * row_size_bytes(T, cols);
+  const auto* xb = static_cast<const KqAct<T>*>(xp);
   float out[kTileRows * kq::kMaxTileTokens];
   for (int64_t i = 0; i < tiles; ++i) {
     const uint8_t* tile = static_cast<const uint8_t*>(w) + i * tile_bytes;
@@ -274,15 +290,15 @@ constexpr KernelTraits kq_row() {
   t.repack_tile = kq_repack_tile<T>;
   t.unpack_row = kq_unpack_row<T>;
   t.avx512_needs = Isa::kAvx512Vnni;
-  t.avx2 = {kq_prepared_bytes, kq_prepare, kq_tiles<T, kq::dot_tile_avx2<T>>, avx2::dot_unpacked<T>};
-  t.avx512 = {kq_prepared_bytes, kq_prepare, kq_tiles<T, kq::dot_tile_avx512<T>>, avx2::dot_unpacked<T>};
+  t.avx2 = {kq_prepared_bytes<T>, kq_prepare<T>, kq_tiles<T, kq::dot_tile_avx2<T>>, avx2::dot_unpacked<T>};
+  t.avx512 = {kq_prepared_bytes<T>, kq_prepare<T>, kq_tiles<T, kq::dot_tile_avx512<T>>, avx2::dot_unpacked<T>};
   return t;
 }
 
-const KernelTraits kQ4_1 = unpacked_row<GgmlType::Q4_1>();
-const KernelTraits kQ5_0 = unpacked_row<GgmlType::Q5_0>();
-const KernelTraits kQ5_1 = unpacked_row<GgmlType::Q5_1>();
-const KernelTraits kIQ4_NL = unpacked_row<GgmlType::IQ4_NL>();
+const KernelTraits kQ4_1 = kq_row<GgmlType::Q4_1>();
+const KernelTraits kQ5_0 = kq_row<GgmlType::Q5_0>();
+const KernelTraits kQ5_1 = kq_row<GgmlType::Q5_1>();
+const KernelTraits kIQ4_NL = kq_row<GgmlType::IQ4_NL>();
 const KernelTraits kQ2_K = kq_row<GgmlType::Q2_K>();
 const KernelTraits kQ3_K = kq_row<GgmlType::Q3_K>();
 const KernelTraits kQ4_K = kq_row<GgmlType::Q4_K>();

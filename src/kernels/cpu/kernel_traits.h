@@ -10,7 +10,8 @@
 //                 (ref::dot_*_blocksum).
 //   Q4_1 .. IQ4_XS "unpacked blocks" (quant_unpack.h): x quantized to q8_0 (32-element formats)
 //                 or q8_K (K-quant super-blocks); per block exact int32 sums of sub-block
-//                 scale x (q . x_q) and of min x sum(x_q), then one or two FMAs (ref::dot_unpacked).
+//                 scale x (q . x_q) and of min x sum(x_q), then one or two FMAs (ref::dot_unpacked);
+//                 their tiles: kernels_kq.h.
 // The scalar `vec_dot` is the oracle (matmul_ref) and the fallback without AVX2; with AVX2 the
 // rows after the last 16-row tile run on `row_dot`, the same source compiled with FMA. The tiles
 // of every ISA give the same bits as the oracle.

@@ -1,19 +1,21 @@
-// Internal to src/kernels/cpu: the repacked layout of the K-quant super-block types (Q2_K .. Q6_K,
-// IQ4_XS; WeightLayout::kRepacked16, made by repack.cc through the kernel table) and their matmul
+// Internal to src/kernels/cpu: the repacked layout of the quantized types with unpacked-block
+// arithmetic (quant_unpack.h): the K-quant super-block types Q2_K .. Q6_K, IQ4_XS and the
+// 32-element Q4_1, Q5_0, Q5_1, IQ4_NL (WeightLayout::kRepacked16, made by repack.cc through the
+// kernel table), and their matmul
 // tiles, one per ISA with the oracle's bits (quant_unpack.h's arithmetic): matmul_kq_avx512vnni.cc
 // (VPDPBUSD) and matmul_kq_avx2.cc (VPMADDUBSW + VPMADDWD). No intrinsic types appear here.
 //
-// Rows in tiles of kRows = 16; tile i occupies the bytes of its 16 GGUF rows, super-block by
-// super-block: for block b a group of 16 x block_bytes, each field of the block struct (in
+// Rows in tiles of kRows = 16; tile i occupies the bytes of its 16 GGUF rows, block by block:
+// for block b a group of 16 x block_bytes, each field of the block struct (in
 // struct order, at 16 x its offset in the block) stored for the 16 rows as lanes of `lane` bytes:
 // byte i of row r's field at 16 * offset + ((i / lane) * 16 + r) * lane + i % lane. So f16
 // factors (lane 2) load as 16 halves, scale bytes (lane 1) as one byte per row, and quants (lane
 // 4) as 64-byte vectors of 4 bytes per row, the bytes a VPDPBUSD lane multiplies.
 //
-// Arithmetic: per super-block and row, the exact int32 sums isum = sum_s sc[s] (q . x_q)_s and
+// Arithmetic: per block and row, the exact int32 sums isum = sum_s sc[s] (q . x_q)_s and
 // msum = sum_s mn[s] sum(x_q)_s, then acc = fma(float(isum), d d_x, acc) and, with mins,
-// acc = fma(float(msum), -dmin d_x, acc); the tiles multiply q + offset (unsigned) and subtract
-// offset * sum(x_q) per sub-block, which is the same integer.
+// acc = fma(float(msum), dm d_x, acc) (dm = -dmin, or +m for Q4_1 / Q5_1); the tiles multiply
+// q + offset (unsigned) and subtract offset * sum(x_q) per sub-block, which is the same integer.
 #pragma once
 
 #include <cstdint>
@@ -28,21 +30,31 @@ constexpr int kRows = 16;
 struct Field {
   int offset, size, lane;
 };
-// The fields of T's block struct in struct order (T: Q2_K .. Q6_K, IQ4_XS), or nullptr.
+// The fields of T's block struct in struct order (T: a tiled type above), or nullptr.
 const Field* fields_of(GgmlType type, int* num_fields);
 
 // One tile of 16 GGUF rows (row_bytes apart, cols elements) <-> the tiled layout (repack.cc).
 void repack_tile(GgmlType type, const uint8_t* src, int64_t row_bytes, int64_t cols, uint8_t* dst);
 void unpack_row(GgmlType type, const uint8_t* tile, int r, int64_t cols, uint8_t* row);
 
-// One tile (16 rows of nb super-blocks) x m in [1, kMaxTileTokens] tokens of q8_K blocks, token
-// k's at x + k * x_stride: out[k * 16 + r] = row r . token k, the oracle's bits.
+// The activation block of the 32-element types' tiles: a q8_0 block with its sum and d as f32.
+struct XBlock32 {
+  int8_t qs[32];
+  int32_t sum;
+  float d;
+};
+// xq: [nb] q8_0 blocks of one token -> out [nb] (repack_kq.cc).
+void prepare32(const BlockQ8_0* xq, int64_t nb, XBlock32* out);
+
+// One tile (16 rows of nb blocks) x m in [1, kMaxTileTokens] tokens of activation blocks (q8_K
+// for super-block types, XBlock32 for the others), token k's at x + k * x_stride:
+// out[k * 16 + r] = row r . token k, the oracle's bits.
 // *_avx512: only with Isa::kAvx512Vnni; *_avx2: only with an Isa >= kAvx2.
 constexpr int kMaxTileTokens = 4;
-using TileFn = void (*)(const void* tile, const BlockQ8_K* x, int64_t x_stride, int64_t nb, int m, float* out);
+using TileFn = void (*)(const void* tile, const void* x, int64_t x_stride, int64_t nb, int m, float* out);
 template <GgmlType T>
-void dot_tile_avx512(const void* tile, const BlockQ8_K* x, int64_t x_stride, int64_t nb, int m, float* out);
+void dot_tile_avx512(const void* tile, const void* x, int64_t x_stride, int64_t nb, int m, float* out);
 template <GgmlType T>
-void dot_tile_avx2(const void* tile, const BlockQ8_K* x, int64_t x_stride, int64_t nb, int m, float* out);
+void dot_tile_avx2(const void* tile, const void* x, int64_t x_stride, int64_t nb, int m, float* out);
 
 }  // namespace pagellm::kernels::kq

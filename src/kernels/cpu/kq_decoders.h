@@ -7,7 +7,9 @@
 //   scale(v, g, s, sc, mn)  sub-block s's integer scale (and min) of every row, as int32 lanes;
 //   quants(v, g, s, j)      the 4 quants e = s * kSub + 4 j .. + 4 of every row as unsigned
 //                           bytes q + kOffset, one 4-byte lane per row;
-//   kD / kDmin              byte offsets of the f16 factors in the block struct.
+//   kD / kDmin              byte offsets of the f16 factors in the block struct; the min factor
+//                           is -dmin (kNegMin) or +m;
+//   kQK / kSub              elements per block / per sub-block.
 // Byte shifts are 16-bit shifts whose bits from the neighbouring byte the masks drop.
 #pragma once
 
@@ -38,6 +40,8 @@ void scale_min_k4(const S& v, const uint8_t* sc12, int s, typename S::I& sc, typ
 
 template <class S>
 struct Q4K {
+  static constexpr int kQK = kQK_K;
+  static constexpr bool kNegMin = true;
   using Block = BlockQ4_K;
   static constexpr int kSub = 32, kOffset = 0;
   static constexpr bool kHasMin = true;
@@ -52,6 +56,8 @@ struct Q4K {
 };
 template <class S>
 struct Q5K {
+  static constexpr int kQK = kQK_K;
+  static constexpr bool kNegMin = true;
   using Block = BlockQ5_K;
   static constexpr int kSub = 32, kOffset = 0;
   static constexpr bool kHasMin = true;
@@ -69,6 +75,8 @@ struct Q5K {
 // Sub-block s of Q6_K: n = s / 8, c = (s % 8) / 2, l = 16 (s % 2) + 4 j .. + 4; q + 32 is 6 bits.
 template <class S>
 struct Q6K {
+  static constexpr int kQK = kQK_K;
+  static constexpr bool kNegMin = true;
   using Block = BlockQ6_K;
   static constexpr int kSub = 16, kOffset = 32;
   static constexpr bool kHasMin = false;
@@ -86,6 +94,8 @@ struct Q6K {
 // Q3_K: q + 4 = crumb + 4 * hmask bit; element 128 n + 32 j2 + l, s = 8 n + 2 j2 + l / 16.
 template <class S>
 struct Q3K {
+  static constexpr int kQK = kQK_K;
+  static constexpr bool kNegMin = true;
   using Block = BlockQ3_K;
   static constexpr int kSub = 16, kOffset = 4;
   static constexpr bool kHasMin = false;
@@ -105,6 +115,8 @@ struct Q3K {
 };
 template <class S>
 struct Q2K {
+  static constexpr int kQK = kQK_K;
+  static constexpr bool kNegMin = true;
   using Block = BlockQ2_K;
   static constexpr int kSub = 16, kOffset = 0;
   static constexpr bool kHasMin = true;
@@ -123,6 +135,8 @@ struct Q2K {
 // nibbles of qs[16 s + 4 (j - 4) ..]; the code book + 128 (unsigned) by a byte shuffle.
 template <class S>
 struct IQ4XS {
+  static constexpr int kQK = kQK_K;
+  static constexpr bool kNegMin = true;
   using Block = BlockIQ4_XS;
   static constexpr int kSub = 32, kOffset = 128;
   static constexpr bool kHasMin = false;
@@ -140,8 +154,100 @@ struct IQ4XS {
                                                 129, 141, 153, 166, 181, 197, 217, 241};
 };
 
+// The 32-element types: one sub-block, sc = mn = 1.
+template <class S>
+void unit_scale(const S& v, typename S::I& sc, typename S::I& mn) {
+  sc = mn = v.set32(1);
+}
+// Elements 4 j .. 4 j + 4 of a 32-element block whose qs[16] is at q: nibble j / 4 of qs[4 (j % 4) ..].
+template <class S>
+typename S::I nibbles32(const S& v, const uint8_t* q, int j) {
+  const auto b = v.vec(q + 64 * (j % 4));
+  return v.and8(j < 4 ? b : v.srl(b, 4), 15);
+}
+// Q5_0 / Q5_1's fifth bits of elements 4 j .. 4 j + 4 (bits 4 j .. of the 32-bit qh of each
+// row) spread to one byte each, times 16: t * 0x204081 puts bit i of t at bit 8 i (no carries).
+template <class S>
+typename S::I fifth_bits(const S& v, const uint8_t* qh, int j) {
+  const auto t = v.and32(v.srl32(v.vec(qh), 4 * j), 15);
+  return v.sll32(v.and32(v.mul32(t, 0x204081), 0x01010101), 4);
+}
+
+template <class S>
+struct Q41 {
+  using Block = BlockQ4_1;
+  static constexpr int kQK = 32, kSub = 32, kOffset = 0;
+  static constexpr bool kHasMin = true, kNegMin = false;
+  static constexpr int kD = 0, kDmin = 2, kQs = 4;
+  static void scale(const S& v, const uint8_t*, int, typename S::I& sc, typename S::I& mn) { unit_scale(v, sc, mn); }
+  static typename S::I quants(const S& v, const uint8_t* g, int, int j) { return nibbles32(v, field(g, kQs), j); }
+};
+template <class S>
+struct Q50 {
+  using Block = BlockQ5_0;
+  static constexpr int kQK = 32, kSub = 32, kOffset = 16;
+  static constexpr bool kHasMin = false, kNegMin = false;
+  static constexpr int kD = 0, kQh = 2, kQs = 6, kDmin = 0;
+  static void scale(const S& v, const uint8_t*, int, typename S::I& sc, typename S::I& mn) { unit_scale(v, sc, mn); }
+  static typename S::I quants(const S& v, const uint8_t* g, int, int j) {
+    return v.or8(nibbles32(v, field(g, kQs), j), fifth_bits(v, field(g, kQh), j));
+  }
+};
+template <class S>
+struct Q51 {
+  using Block = BlockQ5_1;
+  static constexpr int kQK = 32, kSub = 32, kOffset = 0;
+  static constexpr bool kHasMin = true, kNegMin = false;
+  static constexpr int kD = 0, kDmin = 2, kQh = 4, kQs = 8;
+  static void scale(const S& v, const uint8_t*, int, typename S::I& sc, typename S::I& mn) { unit_scale(v, sc, mn); }
+  static typename S::I quants(const S& v, const uint8_t* g, int, int j) {
+    return v.or8(nibbles32(v, field(g, kQs), j), fifth_bits(v, field(g, kQh), j));
+  }
+};
+template <class S>
+struct IQ4NL {
+  using Block = BlockIQ4_NL;
+  static constexpr int kQK = 32, kSub = 32, kOffset = 128;
+  static constexpr bool kHasMin = false, kNegMin = false;
+  static constexpr int kD = 0, kQs = 2, kDmin = 0;
+  static void scale(const S& v, const uint8_t*, int, typename S::I& sc, typename S::I& mn) { unit_scale(v, sc, mn); }
+  static typename S::I quants(const S& v, const uint8_t* g, int, int j) {
+    return v.lookup16(IQ4XS<S>::kIq4nlPlus128, nibbles32(v, field(g, kQs), j));
+  }
+};
+
+// The activation side: q8_K blocks (super-block types) or XBlock32 (32-element types).
+template <int kQK>
+struct Act {
+  using Block = BlockQ8_K;
+  static int32_t xsum(const Block& x, int s, int sub) {
+    return sub == 16 ? x.bsums[s] : x.bsums[2 * s] + x.bsums[2 * s + 1];
+  }
+};
+template <>
+struct Act<32> {
+  using Block = XBlock32;
+  static int32_t xsum(const Block& x, int, int) { return x.sum; }
+};
+
 template <GgmlType T, class S>
 struct DecoderOf;
+template <class S>
+struct DecoderOf<GgmlType::Q4_1, S> {
+  using type = Q41<S>;
+};
+template <class S>
+struct DecoderOf<GgmlType::Q5_0, S> {
+  using type = Q50<S>;
+};
+template <class S>
+struct DecoderOf<GgmlType::Q5_1, S> {
+  using type = Q51<S>;
+};
+template <class S>
+struct DecoderOf<GgmlType::IQ4_NL, S> {
+  using type = IQ4NL<S>;
+};
 template <class S>
 struct DecoderOf<GgmlType::Q2_K, S> {
   using type = Q2K<S>;

@@ -48,6 +48,8 @@ struct S256 {
   I sll32(I v, int n) const { return _mm256_slli_epi32(v, n); }
   I and32(I v, int m) const { return _mm256_and_si256(v, _mm256_set1_epi32(m)); }
   I or32(I a, I b) const { return _mm256_or_si256(a, b); }
+  I set32(int c) const { return _mm256_set1_epi32(c); }
+  I mul32(I a, int c) const { return _mm256_mullo_epi32(a, _mm256_set1_epi32(c)); }
   I lookup16(const uint8_t* table, I idx) const {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table))),
                                idx);
@@ -62,8 +64,10 @@ inline __m256i bcast4(const int8_t* p) {
 
 // Rows 8h .. 8h + 7 of the tile x M tokens -> out[k * 16 + 8h + r].
 template <class D, int M>
-void kq_half(const uint8_t* tile, int h, const BlockQ8_K* x, int64_t xs, int64_t nb, float* out) {
-  constexpr int kSubs = kQK_K / D::kSub;
+void kq_half(const uint8_t* tile, int h, const void* xv, int64_t xs, int64_t nb, float* out) {
+  using A = Act<D::kQK>;
+  const auto* x = static_cast<const typename A::Block*>(xv);
+  constexpr int kSubs = D::kQK / D::kSub;
   constexpr int64_t kGroup = kRows * static_cast<int64_t>(sizeof(typename D::Block));
   constexpr bool kSigned = D::kOffset == 128;  // see the file comment
   const S256 v{h};
@@ -98,15 +102,15 @@ void kq_half(const uint8_t* tile, int h, const BlockQ8_K* x, int64_t xs, int64_t
         }
       }
       for (int k = 0; k < M; ++k) {
-        const int16_t* bs = x[k * xs + b].bsums;
-        const int32_t xsum = D::kSub == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
+        const int32_t xsum = A::xsum(x[k * xs + b], s, D::kSub);
         if constexpr (D::kOffset != 0 && !kSigned) a[k] = _mm256_sub_epi32(a[k], _mm256_set1_epi32(D::kOffset * xsum));
         isum[k] = _mm256_add_epi32(isum[k], _mm256_mullo_epi32(sc, a[k]));
         if constexpr (D::kHasMin) msum[k] = _mm256_add_epi32(msum[k], _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum)));
       }
     }
     const __m256 d = v.halves(field(g, D::kD));
-    const __m256 dm = D::kHasMin ? _mm256_sub_ps(_mm256_setzero_ps(), v.halves(field(g, D::kDmin))) : d;  // -dmin
+    const __m256 dm = D::kNegMin ? _mm256_sub_ps(_mm256_setzero_ps(), v.halves(field(g, D::kDmin)))
+                                 : v.halves(field(g, D::kDmin));  // -dmin or +m
     for (int k = 0; k < M; ++k) {
       const __m256 dx = _mm256_set1_ps(x[k * xs + b].d);
       acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_mul_ps(d, dx), acc[k]);
@@ -119,7 +123,7 @@ void kq_half(const uint8_t* tile, int h, const BlockQ8_K* x, int64_t xs, int64_t
 }  // namespace
 
 template <GgmlType T>
-void dot_tile_avx2(const void* tile, const BlockQ8_K* x, int64_t xs, int64_t nb, int m, float* out) {
+void dot_tile_avx2(const void* tile, const void* x, int64_t xs, int64_t nb, int m, float* out) {
   const auto* t = static_cast<const uint8_t*>(tile);
   with_m<kMaxTileTokens>(m, [&](auto mc) {
     using D = typename DecoderOf<T, S256>::type;
@@ -127,11 +131,15 @@ void dot_tile_avx2(const void* tile, const BlockQ8_K* x, int64_t xs, int64_t nb,
     kq_half<D, mc.value>(t, 1, x, xs, nb, out);
   });
 }
-template void dot_tile_avx2<GgmlType::Q2_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx2<GgmlType::Q3_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx2<GgmlType::Q4_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx2<GgmlType::Q5_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx2<GgmlType::Q6_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx2<GgmlType::IQ4_XS>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q4_1>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q5_0>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q5_1>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::IQ4_NL>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q2_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q3_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q4_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q5_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::Q6_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx2<GgmlType::IQ4_XS>(const void*, const void*, int64_t, int64_t, int, float*);
 
 }  // namespace pagellm::kernels::kq

@@ -45,14 +45,18 @@ struct S512 {
   I sll32(I v, int n) const { return _mm512_slli_epi32(v, n); }
   I and32(I v, int m) const { return _mm512_and_si512(v, _mm512_set1_epi32(m)); }
   I or32(I a, I b) const { return _mm512_or_si512(a, b); }
+  I set32(int c) const { return _mm512_set1_epi32(c); }
+  I mul32(I a, int c) const { return _mm512_mullo_epi32(a, _mm512_set1_epi32(c)); }
   I lookup16(const uint8_t* table, I idx) const {
     return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(bytes(table)), idx);
   }
 };
 
 template <class D, int M>
-void kq_tile(const uint8_t* tile, const BlockQ8_K* x, int64_t xs, int64_t nb, float* out) {
-  constexpr int kSubs = kQK_K / D::kSub;
+void kq_tile(const uint8_t* tile, const void* xv, int64_t xs, int64_t nb, float* out) {
+  using A = Act<D::kQK>;
+  const auto* x = static_cast<const typename A::Block*>(xv);
+  constexpr int kSubs = D::kQK / D::kSub;
   constexpr int64_t kGroup = kRows * static_cast<int64_t>(sizeof(typename D::Block));
   const S512 v;
   __m512 acc[M];
@@ -78,15 +82,15 @@ void kq_tile(const uint8_t* tile, const BlockQ8_K* x, int64_t xs, int64_t nb, fl
         }
       }
       for (int k = 0; k < M; ++k) {
-        const int16_t* bs = x[k * xs + b].bsums;
-        const int32_t xsum = D::kSub == 16 ? bs[s] : bs[2 * s] + bs[2 * s + 1];
+        const int32_t xsum = A::xsum(x[k * xs + b], s, D::kSub);
         if constexpr (D::kOffset != 0) a[k] = _mm512_sub_epi32(a[k], _mm512_set1_epi32(D::kOffset * xsum));
         isum[k] = _mm512_add_epi32(isum[k], _mm512_mullo_epi32(sc, a[k]));
         if constexpr (D::kHasMin) msum[k] = _mm512_add_epi32(msum[k], _mm512_mullo_epi32(mn, _mm512_set1_epi32(xsum)));
       }
     }
     const __m512 d = v.halves(field(g, D::kD));
-    const __m512 dm = D::kHasMin ? _mm512_sub_ps(_mm512_setzero_ps(), v.halves(field(g, D::kDmin))) : d;  // -dmin
+    const __m512 dm = D::kNegMin ? _mm512_sub_ps(_mm512_setzero_ps(), v.halves(field(g, D::kDmin)))
+                                 : v.halves(field(g, D::kDmin));  // -dmin or +m
     for (int k = 0; k < M; ++k) {
       const __m512 dx = _mm512_set1_ps(x[k * xs + b].d);
       acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k]), _mm512_mul_ps(d, dx), acc[k]);
@@ -99,15 +103,19 @@ void kq_tile(const uint8_t* tile, const BlockQ8_K* x, int64_t xs, int64_t nb, fl
 }  // namespace
 
 template <GgmlType T>
-void dot_tile_avx512(const void* tile, const BlockQ8_K* x, int64_t xs, int64_t nb, int m, float* out) {
+void dot_tile_avx512(const void* tile, const void* x, int64_t xs, int64_t nb, int m, float* out) {
   const auto* t = static_cast<const uint8_t*>(tile);
   with_m<kMaxTileTokens>(m, [&](auto mc) { kq_tile<typename DecoderOf<T, S512>::type, mc.value>(t, x, xs, nb, out); });
 }
-template void dot_tile_avx512<GgmlType::Q2_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx512<GgmlType::Q3_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx512<GgmlType::Q4_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx512<GgmlType::Q5_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx512<GgmlType::Q6_K>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
-template void dot_tile_avx512<GgmlType::IQ4_XS>(const void*, const BlockQ8_K*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q4_1>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q5_0>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q5_1>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::IQ4_NL>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q2_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q3_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q4_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q5_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::Q6_K>(const void*, const void*, int64_t, int64_t, int, float*);
+template void dot_tile_avx512<GgmlType::IQ4_XS>(const void*, const void*, int64_t, int64_t, int, float*);
 
 }  // namespace pagellm::kernels::kq

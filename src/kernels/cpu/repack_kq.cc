@@ -1,6 +1,7 @@
 // The tiled layout of the K-quant super-block types (kernels_kq.h): field tables and the byte
 // moves between GGUF rows and tiles. Baseline code, no intrinsics.
 #include <cstddef>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/cpu/kernels_kq.h"
@@ -34,6 +35,16 @@ constexpr Field kIQ4XS[] = {{offsetof(BlockIQ4_XS, d), 2, 2},
                             {offsetof(BlockIQ4_XS, scales_l), 4, 1},
                             {offsetof(BlockIQ4_XS, qs), 128, 4}};
 
+constexpr Field kQ41[] = {
+    {offsetof(BlockQ4_1, d), 2, 2}, {offsetof(BlockQ4_1, m), 2, 2}, {offsetof(BlockQ4_1, qs), 16, 4}};
+constexpr Field kQ50[] = {
+    {offsetof(BlockQ5_0, d), 2, 2}, {offsetof(BlockQ5_0, qh), 4, 4}, {offsetof(BlockQ5_0, qs), 16, 4}};
+constexpr Field kQ51[] = {{offsetof(BlockQ5_1, d), 2, 2},
+                          {offsetof(BlockQ5_1, m), 2, 2},
+                          {offsetof(BlockQ5_1, qh), 4, 4},
+                          {offsetof(BlockQ5_1, qs), 16, 4}};
+constexpr Field kIQ4NL[] = {{offsetof(BlockIQ4_NL, d), 2, 2}, {offsetof(BlockIQ4_NL, qs), 16, 4}};
+
 template <size_t N>
 const Field* table(const Field (&t)[N], int* n) {
   *n = static_cast<int>(N);
@@ -55,6 +66,10 @@ const Field* fields_of(GgmlType type, int* n) {
     case GgmlType::Q5_K: return table(kQ5K, n);
     case GgmlType::Q6_K: return table(kQ6K, n);
     case GgmlType::IQ4_XS: return table(kIQ4XS, n);
+    case GgmlType::Q4_1: return table(kQ41, n);
+    case GgmlType::Q5_0: return table(kQ50, n);
+    case GgmlType::Q5_1: return table(kQ51, n);
+    case GgmlType::IQ4_NL: return table(kIQ4NL, n);
     default: *n = 0; return nullptr;
   }
 }
@@ -64,7 +79,7 @@ void repack_tile(GgmlType type, const uint8_t* src, int64_t rb, int64_t cols, ui
   const Field* fs = fields_of(type, &nf);
   PAGELLM_CHECK(fs != nullptr, "kq::repack_tile: " + type_name(type));
   const int64_t bb = type_traits(type).type_size;
-  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+  for (int64_t b = 0; b < cols / type_traits(type).block_size; ++b) {
     uint8_t* g = dst + b * kRows * bb;
     for (int r = 0; r < kRows; ++r) {
       const uint8_t* blk = src + r * rb + b * bb;
@@ -79,11 +94,21 @@ void unpack_row(GgmlType type, const uint8_t* tile, int r, int64_t cols, uint8_t
   const Field* fs = fields_of(type, &nf);
   PAGELLM_CHECK(fs != nullptr, "kq::unpack_row: " + type_name(type));
   const int64_t bb = type_traits(type).type_size;
-  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+  for (int64_t b = 0; b < cols / type_traits(type).block_size; ++b) {
     const uint8_t* g = tile + b * kRows * bb;
     uint8_t* blk = row + b * bb;
     for (int f = 0; f < nf; ++f)
       for (int i = 0; i < fs[f].size; ++i) blk[fs[f].offset + i] = g[tiled(fs[f], r, i)];
+  }
+}
+
+void prepare32(const BlockQ8_0* xq, int64_t nb, XBlock32* out) {
+  for (int64_t b = 0; b < nb; ++b) {
+    std::memcpy(out[b].qs, xq[b].qs, 32);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += xq[b].qs[j];
+    out[b].sum = sum;
+    out[b].d = fp16_to_fp32(xq[b].d);
   }
 }
 
