@@ -51,9 +51,18 @@ const Field* table(const Field (&t)[N], int* n) {
   return t;
 }
 
-// Byte i of row r's field f -> its offset in the group.
-int64_t tiled(const Field& f, int r, int i) {
-  return int64_t{16} * f.offset + (int64_t{i / f.lane} * kRows + r) * f.lane + i % f.lane;
+// Every lane c of row r's fields (block bytes offset + c * lane .. + lane) between the row's
+// block and its place in the group: block -> group when to_tile, else back.
+void move_block(const Field* fs, int nf, const uint8_t* from, uint8_t* to, int r, bool to_tile) {
+  for (int f = 0; f < nf; ++f) {
+    const Field& fd = fs[f];
+    for (int c = 0; c < fd.size / fd.lane; ++c) {
+      const int64_t in_tile = int64_t{16} * fd.offset + (int64_t{c} * kRows + r) * fd.lane;
+      const int64_t in_block = fd.offset + int64_t{c} * fd.lane;
+      std::memcpy(to + (to_tile ? in_tile : in_block), from + (to_tile ? in_block : in_tile),
+                  static_cast<size_t>(fd.lane));
+    }
+  }
 }
 
 }  // namespace
@@ -81,11 +90,7 @@ void repack_tile(GgmlType type, const uint8_t* src, int64_t rb, int64_t cols, ui
   const int64_t bb = type_traits(type).type_size;
   for (int64_t b = 0; b < cols / type_traits(type).block_size; ++b) {
     uint8_t* g = dst + b * kRows * bb;
-    for (int r = 0; r < kRows; ++r) {
-      const uint8_t* blk = src + r * rb + b * bb;
-      for (int f = 0; f < nf; ++f)
-        for (int i = 0; i < fs[f].size; ++i) g[tiled(fs[f], r, i)] = blk[fs[f].offset + i];
-    }
+    for (int r = 0; r < kRows; ++r) move_block(fs, nf, src + r * rb + b * bb, g, r, true);
   }
 }
 
@@ -95,10 +100,7 @@ void unpack_row(GgmlType type, const uint8_t* tile, int r, int64_t cols, uint8_t
   PAGELLM_CHECK(fs != nullptr, "kq::unpack_row: " + type_name(type));
   const int64_t bb = type_traits(type).type_size;
   for (int64_t b = 0; b < cols / type_traits(type).block_size; ++b) {
-    const uint8_t* g = tile + b * kRows * bb;
-    uint8_t* blk = row + b * bb;
-    for (int f = 0; f < nf; ++f)
-      for (int i = 0; i < fs[f].size; ++i) blk[fs[f].offset + i] = g[tiled(fs[f], r, i)];
+    move_block(fs, nf, tile + b * kRows * bb, row + b * bb, r, false);
   }
 }
 
