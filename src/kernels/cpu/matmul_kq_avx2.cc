@@ -83,11 +83,16 @@ void kq_half(const uint8_t* tile, int h, const void* xv, int64_t xs, int64_t nb,
     }
     __m256i isum[M], msum[M];
     for (int k = 0; k < M; ++k) isum[k] = msum[k] = _mm256_setzero_si256();
+#pragma GCC unroll 16
     for (int s = 0; s < kSubs; ++s) {
       __m256i sc, mn;
       D::scale(v, g, s, sc, mn);
-      __m256i a[M];
-      for (int k = 0; k < M; ++k) a[k] = _mm256_setzero_si256();
+      // KI independent chains per token (exact integers: any split is the same sum), to hide
+      // their latency when few tokens share the weights.
+      constexpr int KI = M == 1 ? 4 : M == 2 ? 2 : 1;
+      __m256i a[M][KI];
+      for (int k = 0; k < M; ++k)
+        for (int i = 0; i < KI; ++i) a[k][i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int j = 0; j < D::kSub / 4; ++j) {
         __m256i u = D::quants(v, g, s, j), w = u;
@@ -98,13 +103,16 @@ void kq_half(const uint8_t* tile, int h, const void* xv, int64_t xs, int64_t nb,
         for (int k = 0; k < M; ++k) {
           __m256i xc = bcast4(x[k * xs + b].qs + s * D::kSub + 4 * j);
           if constexpr (kSigned) xc = _mm256_sign_epi8(xc, w);
-          a[k] = _mm256_add_epi32(a[k], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xc), ones));
+          a[k][j % KI] = _mm256_add_epi32(a[k][j % KI], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xc), ones));
         }
       }
       for (int k = 0; k < M; ++k) {
+        for (int i = 1; i < KI; ++i) a[k][0] = _mm256_add_epi32(a[k][0], a[k][i]);
         const int32_t xsum = A::xsum(x[k * xs + b], s, D::kSub);
-        if constexpr (D::kOffset != 0 && !kSigned) a[k] = _mm256_sub_epi32(a[k], _mm256_set1_epi32(D::kOffset * xsum));
-        isum[k] = _mm256_add_epi32(isum[k], _mm256_mullo_epi32(sc, a[k]));
+        if constexpr (D::kOffset != 0 && !kSigned) {
+          a[k][0] = _mm256_sub_epi32(a[k][0], _mm256_set1_epi32(D::kOffset * xsum));
+        }
+        isum[k] = _mm256_add_epi32(isum[k], _mm256_mullo_epi32(sc, a[k][0]));
         if constexpr (D::kHasMin) msum[k] = _mm256_add_epi32(msum[k], _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum)));
       }
     }
