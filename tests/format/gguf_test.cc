@@ -112,6 +112,26 @@ TEST(Gguf, EveryTruncationIsAnError) {
   }
 }
 
+// A K-quant file cut inside its last tensor names the file and that tensor (the sizes of every
+// block type come from core/dtype.h's table).
+TEST(Gguf, TruncatedKquantTensorNamesTheTensor) {
+  const std::vector<uint8_t> full = read_file(test::testdata("kquant/llama-kq-s7-q4_k_m.gguf"));
+  auto ok = GgufFile::parse(full, "full");
+  const GgufTensorInfo* last = &ok->tensors().front();
+  for (const GgufTensorInfo& t : ok->tensors()) {
+    if (t.offset > last->offset) last = &t;
+  }
+  ASSERT_TRUE(last->type == GgmlType::Q4_K || last->type == GgmlType::Q6_K) << type_name(last->type);
+  std::vector<uint8_t> cut(full.begin(), full.end() - static_cast<ptrdiff_t>(last->size_bytes / 2));
+  try {
+    GgufFile::parse(cut, "cut-q4_k_m.gguf");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut-q4_k_m.gguf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'" + last->name + "'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Gguf, CorruptHeadersGiveNamedErrors) {
   GgufWriter w;
   w.set("general.architecture", GgufValue::str("llama"));
