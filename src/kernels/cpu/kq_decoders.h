@@ -9,7 +9,8 @@
 //                           bytes q + kOffset, one 4-byte lane per row;
 //   kD / kDmin              byte offsets of the f16 factors in the block struct; the min factor
 //                           is -dmin (kNegMin) or +m;
-//   kQK / kSub              elements per block / per sub-block.
+//   kQK / kSub              elements per block / per sub-block;
+//   kUMax                   the largest q + kOffset (bounds the AVX2 tile's int16 sums).
 // Byte shifts are 16-bit shifts whose bits from the neighbouring byte the masks drop.
 #pragma once
 
@@ -40,6 +41,7 @@ void scale_min_k4(const S& v, const uint8_t* sc12, int s, typename S::I& sc, typ
 
 template <class S>
 struct Q4K {
+  static constexpr int kUMax = 15;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
   using Block = BlockQ4_K;
@@ -56,6 +58,7 @@ struct Q4K {
 };
 template <class S>
 struct Q5K {
+  static constexpr int kUMax = 31;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
   using Block = BlockQ5_K;
@@ -75,6 +78,7 @@ struct Q5K {
 // Sub-block s of Q6_K: n = s / 8, c = (s % 8) / 2, l = 16 (s % 2) + 4 j .. + 4; q + 32 is 6 bits.
 template <class S>
 struct Q6K {
+  static constexpr int kUMax = 63;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
   using Block = BlockQ6_K;
@@ -94,6 +98,7 @@ struct Q6K {
 // Q3_K: q + 4 = crumb + 4 * hmask bit; element 128 n + 32 j2 + l, s = 8 n + 2 j2 + l / 16.
 template <class S>
 struct Q3K {
+  static constexpr int kUMax = 7;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
   using Block = BlockQ3_K;
@@ -115,6 +120,7 @@ struct Q3K {
 };
 template <class S>
 struct Q2K {
+  static constexpr int kUMax = 3;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
   using Block = BlockQ2_K;
@@ -135,6 +141,7 @@ struct Q2K {
 // nibbles of qs[16 s + 4 (j - 4) ..]; the code book + 128 (unsigned) by a byte shuffle.
 template <class S>
 struct IQ4XS {
+  static constexpr int kUMax = 241;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
   using Block = BlockIQ4_XS;
@@ -175,6 +182,7 @@ typename S::I fifth_bits(const S& v, const uint8_t* qh, int j) {
 
 template <class S>
 struct Q41 {
+  static constexpr int kUMax = 15;  // largest q + kOffset
   using Block = BlockQ4_1;
   static constexpr int kQK = 32, kSub = 32, kOffset = 0;
   static constexpr bool kHasMin = true, kNegMin = false;
@@ -184,6 +192,7 @@ struct Q41 {
 };
 template <class S>
 struct Q50 {
+  static constexpr int kUMax = 31;  // largest q + kOffset
   using Block = BlockQ5_0;
   static constexpr int kQK = 32, kSub = 32, kOffset = 16;
   static constexpr bool kHasMin = false, kNegMin = false;
@@ -195,6 +204,7 @@ struct Q50 {
 };
 template <class S>
 struct Q51 {
+  static constexpr int kUMax = 31;  // largest q + kOffset
   using Block = BlockQ5_1;
   static constexpr int kQK = 32, kSub = 32, kOffset = 0;
   static constexpr bool kHasMin = true, kNegMin = false;
@@ -206,6 +216,7 @@ struct Q51 {
 };
 template <class S>
 struct IQ4NL {
+  static constexpr int kUMax = 241;  // largest q + kOffset
   using Block = BlockIQ4_NL;
   static constexpr int kQK = 32, kSub = 32, kOffset = 128;
   static constexpr bool kHasMin = false, kNegMin = false;

@@ -12,13 +12,15 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kq_decoders.h"
 
 namespace pagellm::kernels::kq {
 namespace {
 
-constexpr int64_t kPrefetchBytes = 8192;  // as matmul_r16_avx2.cc
+constexpr int64_t kPrefetchBytes = 8192;  // as matmul_kq_avx512vnni.cc: one line per quant step
 
 // The SIMD adapter of kq_decoders.h for half h of a tile (8 rows).
 struct S256 {
@@ -76,11 +78,6 @@ void kq_half(const uint8_t* tile, int h, const void* xv, int64_t xs, int64_t nb,
   for (int k = 0; k < M; ++k) acc[k] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = tile + b * kGroup;
-    if (h == 0) {
-      for (int64_t o = 0; o < kGroup; o += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + o), _MM_HINT_T0);
-      }
-    }
     __m256i isum[M], msum[M];
     for (int k = 0; k < M; ++k) isum[k] = msum[k] = _mm256_setzero_si256();
 #pragma GCC unroll 16
@@ -88,22 +85,38 @@ void kq_half(const uint8_t* tile, int h, const void* xv, int64_t xs, int64_t nb,
       __m256i sc, mn;
       D::scale(v, g, s, sc, mn);
       // KI independent chains per token (exact integers: any split is the same sum), to hide
-      // their latency when few tokens share the weights.
+      // their latency when few tokens share the weights. The int16 pair sums of G consecutive
+      // quant steps add up without overflow (|pair| <= 2 * kUMax * 127, or 2 * 127 * 127 signed)
+      // before one VPMADDWD takes them to int32.
       constexpr int KI = M == 1 ? 4 : M == 2 ? 2 : 1;
+      constexpr int kPair = 2 * (kSigned ? 127 : D::kUMax) * 127;
+      constexpr int G = std::min(D::kSub / 4, 32767 / kPair);
       __m256i a[M][KI];
       for (int k = 0; k < M; ++k)
         for (int i = 0; i < KI; ++i) a[k][i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-      for (int j = 0; j < D::kSub / 4; ++j) {
-        __m256i u = D::quants(v, g, s, j), w = u;
-        if constexpr (kSigned) {
-          w = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));  // the signed value
-          u = _mm256_sign_epi8(w, w);                                          // |q|
+      for (int j0 = 0; j0 < D::kSub / 4; j0 += G) {
+        __m256i p16[M];
+        for (int k = 0; k < M; ++k) p16[k] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = j0; j < j0 + G; ++j) {
+          if (const int64_t line = 64 * (s * (D::kSub / 4) + j); h == 0 && line < kGroup) {
+            _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + line), _MM_HINT_T0);
+          }
+          __m256i u = D::quants(v, g, s, j), w = u;
+          if constexpr (kSigned) {
+            w = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));  // the signed value
+            u = _mm256_sign_epi8(w, w);                                          // |q|
+          }
+          for (int k = 0; k < M; ++k) {
+            __m256i xc = bcast4(x[k * xs + b].qs + s * D::kSub + 4 * j);
+            if constexpr (kSigned) xc = _mm256_sign_epi8(xc, w);
+            p16[k] = _mm256_add_epi16(p16[k], _mm256_maddubs_epi16(u, xc));
+          }
         }
         for (int k = 0; k < M; ++k) {
-          __m256i xc = bcast4(x[k * xs + b].qs + s * D::kSub + 4 * j);
-          if constexpr (kSigned) xc = _mm256_sign_epi8(xc, w);
-          a[k][j % KI] = _mm256_add_epi32(a[k][j % KI], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xc), ones));
+          __m256i& acc_k = a[k][(j0 / G) % KI];
+          acc_k = _mm256_add_epi32(acc_k, _mm256_madd_epi16(p16[k], ones));
         }
       }
       for (int k = 0; k < M; ++k) {

@@ -16,7 +16,10 @@
 namespace pagellm::kernels::kq {
 namespace {
 
-constexpr int64_t kPrefetchBytes = 8192;  // as matmul_r16_avx512vnni.cc
+// Weight rows are read once per decode step from DRAM: prefetch 8 KiB ahead (as
+// matmul_r16_avx512vnni.cc), one cache line per quant step rather than a burst per block (a
+// burst of 36-53 prefetches stalled the K-quant tiles on their fill buffers).
+constexpr int64_t kPrefetchBytes = 8192;
 
 // The SIMD adapter of kq_decoders.h: all 16 rows of a tile in one register.
 struct S512 {
@@ -63,9 +66,6 @@ void kq_tile(const uint8_t* tile, const void* xv, int64_t xs, int64_t nb, float*
   for (int k = 0; k < M; ++k) acc[k] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = tile + b * kGroup;
-    for (int64_t o = 0; o < kGroup; o += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + o), _MM_HINT_T0);
-    }
     __m512i isum[M], msum[M];
     for (int k = 0; k < M; ++k) isum[k] = msum[k] = _mm512_setzero_si512();
 #pragma GCC unroll 16
@@ -80,6 +80,9 @@ void kq_tile(const uint8_t* tile, const void* xv, int64_t xs, int64_t nb, float*
         for (int i = 0; i < KI; ++i) a[k][i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int j = 0; j < D::kSub / 4; ++j) {
+        if (const int64_t line = 64 * (s * (D::kSub / 4) + j); line < kGroup) {
+          _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + line), _MM_HINT_T0);
+        }
         const __m512i u = D::quants(v, g, s, j);
         for (int k = 0; k < M; ++k) {
           const __m512i xc = _mm512_broadcastd_epi32(_mm_loadu_si32(x[k * xs + b].qs + s * D::kSub + 4 * j));
