@@ -130,6 +130,21 @@ void rope_cos_sin(int64_t n_dims, int64_t pos, float freq_base, float* cos_sin);
 void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, const float* cos_sin);
 void rope_ref(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, int64_t pos, float freq_base);
 
+// RoPE variants of the architectures in src/model (arch_ops.cc).
+// rope_cos_sin_scaled: rope_cos_sin with theta_i divided by freq_factors[i], i in [0, n_dims/2)
+// (Llama 3.1/3.2 `rope_freqs.weight`, ggml's freq_factors; nullptr: none, rope_cos_sin's bits).
+// rope_neox: x as in rope, but pair i is (x[i], x[i + n_dims/2]) (GGML_ROPE_TYPE_NEOX, Hugging
+// Face's rotate_half), with the same cos_sin table: (x[i], x[i+h]) <- (x[i] cos - x[i+h] sin,
+// x[i] sin + x[i+h] cos), h = n_dims/2, theta of pair i as above. Checks n_dims (aborts).
+void rope_cos_sin_scaled(int64_t n_dims, int64_t pos, float freq_base, const float* freq_factors, float* cos_sin);
+void rope_neox(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, const float* cos_sin);
+
+// GeGLU gate: out[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi)
+// (x + 0.044715 x^3))) evaluated in double and rounded once (the exact function; ggml-cpu uses an
+// fp16 lookup table instead, tests/model/golden_archs_test.cc). out may alias gate.
+float gelu_tanh(float x);
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+
 // SwiGLU gate: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void silu_mul_ref(const float* gate, const float* up, int64_t n, float* out);
