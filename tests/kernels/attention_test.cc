@@ -90,8 +90,10 @@ Batch make_batch(const Fixture& f, const std::vector<int64_t>& first_pos) {
   return b;
 }
 
-// Dense causal attention in double, from the unpaged copies.
-std::vector<double> dense_attention(const Fixture& f, const Batch& b, const float* q, int64_t num_heads, float scale) {
+// Dense causal attention in double, from the unpaged copies; window > 0: token at position i
+// sees keys j with 0 <= i - j < window.
+std::vector<double> dense_attention(const Fixture& f, const Batch& b, const float* q, int64_t num_heads, float scale,
+                                    int64_t window = 0) {
   const int64_t hd = f.head_dim, group = num_heads / f.num_kv_heads, row = f.num_kv_heads * hd;
   std::vector<double> out(b.num_tokens() * num_heads * hd, 0.0);
   for (int64_t t = 0; t < b.num_tokens(); ++t) {
@@ -100,8 +102,9 @@ std::vector<double> dense_attention(const Fixture& f, const Batch& b, const floa
     for (int64_t h = 0; h < num_heads; ++h) {
       const float* qh = q + (t * num_heads + h) * hd;
       const int64_t kvh = h / group, n = b.positions[t] + 1;
-      std::vector<double> s(n);
-      for (int64_t j = 0; j < n; ++j) {
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, n - window) : 0;
+      std::vector<double> s(n, -INFINITY);
+      for (int64_t j = lo; j < n; ++j) {
         double d = 0;
         for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(qh[i]) * K[j * row + kvh * hd + i];
         s[j] = d * scale;
@@ -109,7 +112,7 @@ std::vector<double> dense_attention(const Fixture& f, const Batch& b, const floa
       const double mx = *std::max_element(s.begin(), s.end());
       double sum = 0;
       for (double& v : s) sum += (v = std::exp(v - mx));
-      for (int64_t j = 0; j < n; ++j)
+      for (int64_t j = lo; j < n; ++j)
         for (int64_t i = 0; i < hd; ++i) out[(t * num_heads + h) * hd + i] += s[j] / sum * V[j * row + kvh * hd + i];
     }
   }
@@ -231,6 +234,52 @@ TEST(Attention, LongContextAcrossKeyTilesMatchesDenseAndIsBatchInvariant) {
     std::vector<float> out_solo(solo.num_tokens() * per_token);
     paged_attention(q.data() + 250 * per_token, f.kv, solo.view(f), num_heads, scale, out_solo.data(), nullptr, ws);
     ASSERT_EQ(std::memcmp(out_solo.data(), fast.data() + 250 * per_token, per_token * 4), 0);
+  }
+}
+
+// Sliding window (Gemma 3's local layers): token at position i attends to keys (i - w, i] only.
+// Windows of 1 key, shorter and longer than a block and than a key tile, against dense double
+// attention with the same window; the keys before the window hold NaN in a copy of the cache
+// and change nothing (they are never read); a late token alone gets the batch's bits.
+TEST(Attention, SlidingWindowSeesOnlyTheLastKeysAndIsBatchInvariant) {
+  Workspace ws;
+  ThreadPool pool(2);
+  for (GgmlType dtype : {GgmlType::F32, GgmlType::F16}) {
+    for (int64_t window : {1, 5, 16, 64, 100}) {
+      SCOPED_TRACE(type_name(dtype) + " window " + std::to_string(window));
+      Rng rng(29);
+      const int64_t num_heads = 8, nkv = 2, hd = 64, per_token = num_heads * hd;
+      Fixture f(dtype, nkv, hd, 16, {200, 40}, rng);
+      const Batch b = make_batch(f, {0, 10});
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const std::vector<float> q = rng.vec(b.num_tokens() * per_token, -3.0f, 3.0f);
+      AttentionBatch ab = b.view(f);
+      ab.sliding_window = window;
+      std::vector<float> ref(q.size()), fast(q.size());
+      paged_attention_ref(q.data(), f.kv, ab, num_heads, scale, ref.data());
+      paged_attention(q.data(), f.kv, ab, num_heads, scale, fast.data(), &pool, ws);
+      const std::vector<double> dense = dense_attention(f, b, q.data(), num_heads, scale, window);
+      for (size_t i = 0; i < q.size(); ++i) {
+        ASSERT_NEAR(ref[i], dense[i], 2e-5) << i;
+        ASSERT_NEAR(fast[i], ref[i], 2e-5) << i;
+      }
+      // Token 150 of sequence 0 alone, with every key before its window overwritten by NaN.
+      const int64_t t = 150;
+      std::vector<float> nan_k(t * nkv * hd, NAN);
+      std::vector<int64_t> slots;
+      for (int64_t j = 0; j + window <= t; ++j) slots.push_back(f.block_tables[j / 16] * 16 + j % 16);
+      std::vector<uint8_t> k_copy = f.k_cache, v_copy = f.v_cache;
+      KvLayerView kv = f.kv;
+      kv.k = k_copy.data();
+      kv.v = v_copy.data();
+      write_kv(kv, nan_k.data(), nan_k.data(), slots.data(), static_cast<int64_t>(slots.size()));
+      const Batch solo = make_batch(f, {t, 40});  // (seq 0, positions 150..199)
+      AttentionBatch sb = solo.view(f);
+      sb.sliding_window = window;
+      std::vector<float> out_solo(solo.num_tokens() * per_token);
+      paged_attention(q.data() + t * per_token, kv, sb, num_heads, scale, out_solo.data(), nullptr, ws);
+      ASSERT_EQ(std::memcmp(out_solo.data(), fast.data() + t * per_token, out_solo.size() * 4), 0);
+    }
   }
 }
 

@@ -12,7 +12,8 @@
 // Key j of sequence s lives in slot  block_tables[s, j / block_size] * block_size + j % block_size.
 // Example: block_size 16, block table [7, 2]: key 20 -> block 2, offset 4 -> slot 36.
 //
-// Every (token, head) pair is computed alone, keys in order 0..pos; (token, kv head) units are
+// Every (token, head) pair is computed alone, keys in order 0..pos (first..pos with a sliding
+// window of w keys, first = max(0, pos - w + 1); tiles start at first); (token, kv head) units are
 // dealt to threads round-robin (causal rows differ in length).
 #include <algorithm>
 #include <cmath>
@@ -40,9 +41,11 @@ int64_t elem_bytes(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
 
 constexpr int64_t kKeyTile = 64;  // keys per online-softmax tile (4 blocks of 16)
 
-// One attention problem: query head `q` against kv head `kvh` of keys [0, pos] of one sequence.
+// One attention problem: query head `q` against kv head `kvh` of keys [first, pos] of one sequence
+// (first = 0, or the start of the sliding window).
 struct Problem {
   const float* q;  // [head_dim]
+  int64_t first;
   int64_t pos;
   int64_t kvh;
   float* out;  // [head_dim]
@@ -129,7 +132,7 @@ void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets
     scores[j] = std::exp(scores[j] - m);
     sum += static_cast<double>(scores[j]);
   }
-  const bool first = j0 == 0;
+  const bool first = j0 == p.first;
   const float c = first ? 0.0f : std::exp(st.m - m);
   st.l = first ? sum : st.l * static_cast<double>(c) + sum;
   st.m = m;
@@ -166,6 +169,7 @@ void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
 // key range (position + 1) of any token.
 int64_t check_batch(const KvLayerView& kv, const AttentionBatch& b, int64_t* max_keys) {
   PAGELLM_CHECK(b.num_seqs >= 0 && b.query_start_loc[0] == 0, "query_start_loc[0] must be 0");
+  PAGELLM_CHECK(b.sliding_window >= 0, "sliding_window " + std::to_string(b.sliding_window));
   *max_keys = 0;
   for (int64_t s = 0; s < b.num_seqs; ++s) {
     PAGELLM_CHECK(b.query_start_loc[s] <= b.query_start_loc[s + 1],
@@ -177,6 +181,11 @@ int64_t check_batch(const KvLayerView& kv, const AttentionBatch& b, int64_t* max
     }
   }
   return b.query_start_loc[b.num_seqs];
+}
+
+// The first key token t sees: 0, or the start of its sliding window.
+int64_t first_key(const AttentionBatch& b, int64_t t) {
+  return b.sliding_window > 0 ? std::max<int64_t>(0, b.positions[t] - b.sliding_window + 1) : 0;
 }
 
 constexpr int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
@@ -218,16 +227,16 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
       const int64_t t = u / kv.num_kv_heads, g = u % kv.num_kv_heads;
       const int32_t* table = b.block_tables + seq[t] * b.max_blocks_per_seq;
       if (offsets_token != t) {
-        for (int64_t j = 0; j <= b.positions[t]; ++j) offsets[j] = slot_of(kv, table, j) * row;
+        for (int64_t j = first_key(b, t); j <= b.positions[t]; ++j) offsets[j] = slot_of(kv, table, j) * row;
         offsets_token = t;
       }
-      const int64_t n = b.positions[t] + 1;
+      const int64_t j_first = first_key(b, t), n = b.positions[t] + 1;
       for (int64_t h = g * group; h < (g + 1) * group;) {
-        const Problem p{q + (t * num_heads + h) * hd, b.positions[t], g, out + (t * num_heads + h) * hd};
+        const Problem p{q + (t * num_heads + h) * hd, j_first, b.positions[t], g, out + (t * num_heads + h) * hd};
         if (pair512 && h + 1 < (g + 1) * group) {
-          const Problem p1{p.q + hd, p.pos, g, p.out + hd};
+          const Problem p1{p.q + hd, p.first, p.pos, g, p.out + hd};
           OnlineSoftmax st0, st1;
-          for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
+          for (int64_t j0 = j_first; j0 < n; j0 += kKeyTile) {
             const int64_t j1 = std::min(n, j0 + kKeyTile);
             qk_scores_pair_avx512(kv, p.q, g, j0, j1, scale, offsets, scores, scores + kKeyTile);
             online_tile<kSimd>(kv, p, offsets, j0, j1, scores, st0, tmp);
@@ -238,7 +247,7 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
           h += 2;
         } else {
           OnlineSoftmax st;
-          for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
+          for (int64_t j0 = j_first; j0 < n; j0 += kKeyTile) {
             const int64_t j1 = std::min(n, j0 + kKeyTile);
             qk_scores<kSimd>(kv, p, scale, offsets, j0, j1, scores);
             online_tile<kSimd>(kv, p, offsets, j0, j1, scores, st, tmp);
@@ -251,7 +260,7 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   };
   // Small batches run on the calling thread (same results; see matmul.cc).
   int64_t macs = 0;
-  for (int64_t t = 0; t < num_tokens; ++t) macs += (b.positions[t] + 1) * num_heads * hd * 2;
+  for (int64_t t = 0; t < num_tokens; ++t) macs += (b.positions[t] + 1 - first_key(b, t)) * num_heads * hd * 2;
   if (pool == nullptr || pool->num_threads() == 1 || num_units < 2 || macs < (int64_t{1} << 18)) {
     work(0, 1);
   } else {

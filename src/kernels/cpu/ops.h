@@ -181,7 +181,8 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
 //   q:               [num_tokens, num_heads, head_dim] f32 (RoPE applied)
 //   query_start_loc: [num_seqs + 1], query_start_loc[0] == 0, non-decreasing; tokens of sequence s
 //                    are [query_start_loc[s], query_start_loc[s+1]), num_tokens = query_start_loc[num_seqs]
-//   positions:       [num_tokens]; token i attends to positions [0, positions[i]] of its sequence,
+//   positions:       [num_tokens]; token i attends to positions [0, positions[i]] of its sequence
+//                    (with a sliding window w: [max(0, positions[i] - w + 1), positions[i]]),
 //                    whose K/V must already be in the cache (write_kv first)
 //   block_tables:    [num_seqs, max_blocks_per_seq] physical block ids, row-major
 //   out:             [num_tokens, num_heads, head_dim] f32
@@ -196,6 +197,9 @@ struct AttentionBatch {
   const int32_t* block_tables = nullptr;
   int64_t num_seqs = 0;
   int64_t max_blocks_per_seq = 0;
+  // > 0: sliding-window attention (Gemma 3's local layers): token i sees only the keys j with
+  // 0 <= positions[i] - j < sliding_window (their K/V must be cached; older ones are not read).
+  int64_t sliding_window = 0;
 };
 void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads, float scale,
                      float* out, ThreadPool* pool, Workspace& ws);
