@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -33,11 +34,11 @@ kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int6
   return packed;
 }
 
-const float* LlamaModel::bind_norm(const GgufFile& f, const std::string& name) {
+const float* LlamaModel::bind_norm(const GgufFile& f, const std::string& name, int64_t n) {
   const GgufTensorInfo& t = f.tensor(name);
-  if (t.ne.size() != 1 || t.ne[0] != config_.hidden_size || t.type != GgmlType::F32) {
-    throw Error("model '" + f.path() + "': norm tensor '" + name + "' must be f32 of [" +
-                std::to_string(config_.hidden_size) + "]");
+  if (n == 0) n = config_.hidden_size;
+  if (t.ne.size() != 1 || t.ne[0] != n || t.type != GgmlType::F32) {
+    throw Error("model '" + f.path() + "': tensor '" + name + "' must be f32 of [" + std::to_string(n) + "]");
   }
   if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
     throw Error("model '" + f.path() + "': tensor '" + name + "' is not 4-byte aligned");
@@ -50,26 +51,49 @@ LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool, kernels::Isa isa)
     : config_(LlamaConfig::from_gguf(f)), pool_(pool), isa_(isa) {
   PAGELLM_CHECK(isa <= kc::cpu_isa(), std::string("LlamaModel: isa ") + kc::isa_name(isa) + " is not on this CPU");
   const LlamaConfig& c = config_;
-  const int64_t q_dim = c.num_attention_heads * c.head_dim;
-  const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
   // Row lookups (kc::get_row, either layout); also the LM head when the embeddings are tied.
   token_embd_ = bind(f, "token_embd.weight", c.vocab_size, c.hidden_size, /*for_matmul=*/c.tie_word_embeddings);
   output_norm_ = bind_norm(f, "output_norm.weight");
   output_ = c.tie_word_embeddings ? token_embd_ : bind(f, "output.weight", c.vocab_size, c.hidden_size);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    Layer l;
-    l.attn_norm = bind_norm(f, p + "attn_norm.weight");
-    l.wq = bind(f, p + "attn_q.weight", q_dim, c.hidden_size);
-    l.wk = bind(f, p + "attn_k.weight", kv_dim, c.hidden_size);
-    l.wv = bind(f, p + "attn_v.weight", kv_dim, c.hidden_size);
-    l.wo = bind(f, p + "attn_output.weight", c.hidden_size, q_dim);
-    l.ffn_norm = bind_norm(f, p + "ffn_norm.weight");
-    l.w_gate = bind(f, p + "ffn_gate.weight", c.intermediate_size, c.hidden_size);
-    l.w_up = bind(f, p + "ffn_up.weight", c.intermediate_size, c.hidden_size);
-    l.w_down = bind(f, p + "ffn_down.weight", c.hidden_size, c.intermediate_size);
-    layers_.push_back(l);
+  if (c.rope_freqs) rope_freqs_ = bind_norm(f, "rope_freqs.weight", c.rope_dim / 2);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) bind_layer(f, i);
+}
+
+// The tensors of layer i that the config's options call for (ggml names).
+void LlamaModel::bind_layer(const GgufFile& f, int64_t i) {
+  const LlamaConfig& c = config_;
+  const int64_t q_dim = c.num_attention_heads * c.head_dim;
+  const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
+  const int64_t h = c.hidden_size, ffn = c.intermediate_size;
+  const std::string p = "blk." + std::to_string(i) + ".";
+  Layer l;
+  l.attn_norm = bind_norm(f, p + "attn_norm.weight");
+  if (c.fused_qkv) {
+    l.w_qkv = bind(f, p + "attn_qkv.weight", q_dim + 2 * kv_dim, h);
+  } else {
+    l.wq = bind(f, p + "attn_q.weight", q_dim, h);
+    l.wk = bind(f, p + "attn_k.weight", kv_dim, h);
+    l.wv = bind(f, p + "attn_v.weight", kv_dim, h);
   }
+  if (c.attention_bias) {
+    l.bq = bind_norm(f, p + "attn_q.bias", q_dim);
+    l.bk = bind_norm(f, p + "attn_k.bias", kv_dim);
+    l.bv = bind_norm(f, p + "attn_v.bias", kv_dim);
+  }
+  if (c.qk_norm) {
+    l.q_norm = bind_norm(f, p + "attn_q_norm.weight", c.head_dim);
+    l.k_norm = bind_norm(f, p + "attn_k_norm.weight", c.head_dim);
+  }
+  l.wo = bind(f, p + "attn_output.weight", h, q_dim);
+  l.ffn_norm = bind_norm(f, p + "ffn_norm.weight");
+  if (c.fused_gate_up) {
+    l.w_gate_up = bind(f, p + "ffn_up.weight", 2 * ffn, h);
+  } else {
+    l.w_gate = bind(f, p + "ffn_gate.weight", ffn, h);
+    l.w_up = bind(f, p + "ffn_up.weight", ffn, h);
+  }
+  l.w_down = bind(f, p + "ffn_down.weight", h, ffn);
+  layers_.push_back(l);
 }
 
 KvCacheShape LlamaModel::kv_shape(GgmlType dtype) const {
@@ -129,14 +153,44 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
   const int64_t n = b.num_tokens();
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
-  const BlockQ8_0* xq = norm_for({&l.wq, &l.wk, &l.wv}, l.attn_norm, nullptr, n);
-  kc::matmul(l.wq, xn_.data(), n, q_.data(), pool_, ws, xq);
-  kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_, ws, xq);
-  kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_, ws, xq);
+  if (c.fused_qkv) {
+    const BlockQ8_0* xq = norm_for({&l.w_qkv}, l.attn_norm, nullptr, n);
+    const int64_t row = q_dim + 2 * kv_dim;  // [q | k | v] per token
+    kc::matmul(l.w_qkv, xn_.data(), n, fused_.data(), pool_, ws, xq);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* r = &fused_[t * row];
+      std::copy(r, r + q_dim, &q_[t * q_dim]);
+      std::copy(r + q_dim, r + q_dim + kv_dim, &k_[t * kv_dim]);
+      std::copy(r + q_dim + kv_dim, r + row, &v_[t * kv_dim]);
+    }
+  } else {
+    const BlockQ8_0* xq = norm_for({&l.wq, &l.wk, &l.wv}, l.attn_norm, nullptr, n);
+    kc::matmul(l.wq, xn_.data(), n, q_.data(), pool_, ws, xq);
+    kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_, ws, xq);
+    kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_, ws, xq);
+  }
   for (int64_t t = 0; t < n; ++t) {
+    float* qt = &q_[t * q_dim];
+    float* kt = &k_[t * kv_dim];
+    if (l.bq != nullptr) {
+      for (int64_t i = 0; i < q_dim; ++i) qt[i] += l.bq[i];
+      for (int64_t i = 0; i < kv_dim; ++i) kt[i] += l.bk[i];
+      for (int64_t i = 0; i < kv_dim; ++i) v_[t * kv_dim + i] += l.bv[i];
+    }
+    if (l.q_norm != nullptr) {  // RMSNorm of each head
+      for (int64_t h = 0; h < c.num_attention_heads; ++h)
+        kc::rms_norm(qt + h * c.head_dim, l.q_norm, c.head_dim, c.rms_norm_eps, qt + h * c.head_dim);
+      for (int64_t h = 0; h < c.num_key_value_heads; ++h)
+        kc::rms_norm(kt + h * c.head_dim, l.k_norm, c.head_dim, c.rms_norm_eps, kt + h * c.head_dim);
+    }
     const float* cs = &rope_cos_sin_[t * c.rope_dim];
-    kc::rope(&q_[t * q_dim], c.num_attention_heads, c.head_dim, c.rope_dim, cs);
-    kc::rope(&k_[t * kv_dim], c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
+    if (c.rope_type == RopeType::kNeox) {
+      kc::rope_neox(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
+      kc::rope_neox(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
+    } else {
+      kc::rope(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
+      kc::rope(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
+    }
   }
   kc::KvLayerView view = kv_cache.layer(layer);
   view.isa = isa_;
@@ -147,7 +201,11 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
   ab.block_tables = b.block_tables.data();
   ab.num_seqs = b.num_seqs();
   ab.max_blocks_per_seq = b.max_blocks_per_seq;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.scale_q) {  // q scaled before attention, as the reference graph does (phi3)
+    for (int64_t i = 0; i < n * q_dim; ++i) q_[i] *= scale;
+    scale = 1.0f;
+  }
   kc::paged_attention(q_.data(), view, ab, c.num_attention_heads, scale, attn_.data(), pool_, ws);
   kc::matmul(l.wo, attn_.data(), n, out_.data(), pool_, ws);
   for (int64_t i = 0; i < n * c.hidden_size; ++i) x_[i] += out_[i];
@@ -155,12 +213,23 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
 
 void LlamaModel::mlp_block(const Layer& l, int64_t n, kc::Workspace& ws) {
   const LlamaConfig& c = config_;
-  const BlockQ8_0* xq = norm_for({&l.w_gate, &l.w_up}, l.ffn_norm, nullptr, n);
-  kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_, ws, xq);
-  kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_, ws, xq);
+  const int64_t ffn = c.intermediate_size;
+  if (c.fused_gate_up) {
+    const BlockQ8_0* xq = norm_for({&l.w_gate_up}, l.ffn_norm, nullptr, n);
+    kc::matmul(l.w_gate_up, xn_.data(), n, fused_.data(), pool_, ws, xq);
+    for (int64_t t = 0; t < n; ++t) {  // [gate | up] per token
+      const float* r = &fused_[t * 2 * ffn];
+      std::copy(r, r + ffn, &gate_[t * ffn]);
+      std::copy(r + ffn, r + 2 * ffn, &up_[t * ffn]);
+    }
+  } else {
+    const BlockQ8_0* xq = norm_for({&l.w_gate, &l.w_up}, l.ffn_norm, nullptr, n);
+    kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_, ws, xq);
+    kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_, ws, xq);
+  }
   for (int64_t t = 0; t < n; ++t) {
-    float* g = &gate_[t * c.intermediate_size];
-    kc::silu_mul(g, &up_[t * c.intermediate_size], c.intermediate_size, g);
+    float* g = &gate_[t * ffn];
+    kc::silu_mul(g, &up_[t * ffn], ffn, g);
   }
   kc::matmul(l.w_down, gate_.data(), n, out_.data(), pool_, ws);
   for (int64_t i = 0; i < n * c.hidden_size; ++i) x_[i] += out_[i];
@@ -179,9 +248,14 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, kc::Workspace
   v_.resize(k_.size());
   gate_.resize(n * c.intermediate_size);
   up_.resize(gate_.size());
-  rope_cos_sin_.resize(n * c.rope_dim);  // one table per position, for q and k of every layer
-  for (int64_t t = 0; t < n; ++t)
-    kc::rope_cos_sin(c.rope_dim, b.positions[t], c.rope_theta, &rope_cos_sin_[t * c.rope_dim]);
+  fused_.resize(n * std::max(c.fused_qkv ? (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim : 0,
+                             c.fused_gate_up ? 2 * c.intermediate_size : 0));
+  // One table per position, for q and k of every layer.
+  rope_cos_sin_.resize(n * c.rope_dim);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t pos = b.positions[t];
+    kc::rope_cos_sin_scaled(c.rope_dim, pos, c.rope_theta, rope_freqs_, &rope_cos_sin_[t * c.rope_dim]);
+  }
 
   for (int64_t t = 0; t < n; ++t) kc::get_row(token_embd_, b.token_ids[t], &x_[t * c.hidden_size], ws);
   for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {

@@ -1,10 +1,14 @@
-// Llama-family decoder-only transformer (Touvron et al. 2023, "LLaMA"; GQA: Ainslie et al. 2023):
+// The decoder-only transformer of the Llama family (Touvron et al. 2023, "LLaMA"; GQA: Ainslie et
+// al. 2023), shared by every architecture of src/model/architectures.h:
 //   x = embed(tokens)
-//   per layer: x += Wo · attn(rope(Wq·rms(x)), rope(Wk·rms(x)), Wv·rms(x))      (causal, paged KV)
-//              x += Wdown · (silu(Wgate·rms(x)) * Wup·rms(x))                    (SwiGLU, Shazeer 2020)
+//   per layer: x += Wo · attn(rope([qk_norm] Wq·rms(x) [+ bq]), rope(... k ...), Wv·rms(x) [+ bv])
+//                                                     (causal, paged KV)
+//              x += Wdown · (silu(Wgate·rms(x)) * Wup·rms(x))   (SwiGLU)
 //   logits = Wout · rms(x)
-// Weights are used in place from the memory-mapped GGUF file (ggml names: token_embd, blk.N.attn_q,
-// ..., output_norm, output). Reference: llama.cpp src/models/llama.cpp; llama2.c run.c.
+// The bracketed parts and the RoPE pairing are LlamaConfig's per-architecture options; fused
+// q/k/v and gate/up matrices (phi3) are split after their matmul. Weights are used in place from
+// the memory-mapped GGUF file (ggml names: token_embd, blk.N.attn_q, ..., output_norm, output).
+// Reference: llama.cpp src/models/llama.cpp; llama2.c run.c.
 #pragma once
 
 #include <initializer_list>
@@ -52,15 +56,24 @@ class LlamaModel {
 
  private:
   struct Layer {
-    const float* attn_norm;  // [hidden]
-    kernels::WeightView wq, wk, wv, wo;
-    const float* ffn_norm;  // [hidden]
-    kernels::WeightView w_gate, w_up, w_down;
+    const float* attn_norm;                    // [hidden]
+    kernels::WeightView wq, wk, wv, wo;        // wq .. wv unused when fused_qkv
+    kernels::WeightView w_qkv;                 // fused_qkv: [q_dim + 2 kv_dim, hidden]
+    const float* bq = nullptr;                 // attention_bias: [q_dim]
+    const float* bk = nullptr;                 // [kv_dim]
+    const float* bv = nullptr;                 // [kv_dim]
+    const float* q_norm = nullptr;             // qk_norm: [head_dim]
+    const float* k_norm = nullptr;             // [head_dim]
+    const float* ffn_norm;                     // [hidden]
+    kernels::WeightView w_gate, w_up, w_down;  // w_gate unused when fused_gate_up
+    kernels::WeightView w_gate_up;             // fused_gate_up: [2 ffn, hidden]
   };
   // for_matmul: the tensor is read only by kernels::matmul (so it may be repacked).
   kernels::WeightView bind(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
                            bool for_matmul = true);
-  const float* bind_norm(const GgufFile& f, const std::string& name);
+  // An f32 vector of n elements (norm weights, biases, rope_freqs); n = 0: hidden_size.
+  const float* bind_norm(const GgufFile& f, const std::string& name, int64_t n = 0);
+  void bind_layer(const GgufFile& f, int64_t i);
   void check_batch(const ForwardBatch& batch, const KvCache& kv_cache) const;
   void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache,
                        kernels::Workspace& ws);
@@ -83,8 +96,10 @@ class LlamaModel {
   std::vector<std::unique_ptr<uint8_t[]>> repacked_;  // storage of repacked weights
 
   // Scratch, resized per call: [num_tokens, *] f32.
+  const float* rope_freqs_ = nullptr;  // rope_freqs: [rope_dim / 2]
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_;
-  std::vector<float> rope_cos_sin_;  // [num_tokens, rope_dim]: kernels::rope_cos_sin per position
+  std::vector<float> fused_;         // fused_qkv / fused_gate_up: the fused matmul's output, then split
+  std::vector<float> rope_cos_sin_;  // [num_tokens, rope_dim]: kernels::rope_cos_sin_scaled per position
   std::vector<BlockQ8_0> xq_;        // [num_tokens, hidden / 32]: xn_ quantized (norm_for)
 };
 

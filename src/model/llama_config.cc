@@ -1,6 +1,14 @@
+// The keys every architecture shares (`<arch>.embedding_length`, ...), then the architecture's own
+// (architectures.h). Also the `llama` architecture itself: Touvron et al. 2023 ("LLaMA"; Llama 2),
+// and Llama 3.1/3.2's RoPE scaling (Meta's `rope_type: llama3`, Hugging Face
+// `_compute_llama3_parameters`), which convert_hf_to_gguf.py bakes into `rope_freqs.weight`.
 #include "model/llama_config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
+#include "model/architectures.h"
 
 namespace pagellm {
 namespace {
@@ -13,22 +21,62 @@ int64_t positive(const GgufFile& f, const std::string& key, uint64_t v, uint64_t
   return static_cast<int64_t>(v);
 }
 
+std::string supported_list() {
+  std::string s;
+  for (const Architecture& a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
 }  // namespace
+
+int64_t arch_u64(const GgufFile& f, const LlamaConfig& c, const std::string& key, uint64_t max) {
+  const std::string k = c.architecture + "." + key;
+  return positive(f, k, f.get_u64(k), max);
+}
+
+int64_t arch_u64(const GgufFile& f, const LlamaConfig& c, const std::string& key, uint64_t max, int64_t fallback) {
+  return f.find(c.architecture + "." + key) ? arch_u64(f, c, key, max) : fallback;
+}
+
+float arch_f32(const GgufFile& f, const LlamaConfig& c, const std::string& key, float fallback) {
+  const std::string k = c.architecture + "." + key;
+  const float v = f.get_f32(k, fallback);
+  if (!(v > 0.0f) || !std::isfinite(v)) {
+    throw Error("model '" + f.path() + "': " + k + " = " + std::to_string(v) + " must be positive");
+  }
+  return v;
+}
+
+void refuse_key(const GgufFile& f, const LlamaConfig& c, const std::string& key, const std::string& what) {
+  const std::string k = c.architecture + "." + key;
+  if (f.find(k)) throw Error("model '" + f.path() + "': " + k + " (" + what + ") is not supported yet");
+}
+
+// Llama: the common keys are all it has. rope_freqs.weight, when present, is Llama 3.1's RoPE
+// scaling: pair i's angle is divided by rope_freqs[i] (the converter writes no rope.scaling keys
+// for it; llama.cpp src/models/llama.cpp passes it to ggml_rope_ext as freq_factors).
+void configure_llama(const GgufFile& f, LlamaConfig& c) {
+  c.rope_type = RopeType::kNorm;
+  c.rope_freqs = f.find_tensor("rope_freqs.weight") != nullptr;
+}
 
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   LlamaConfig c;
   c.architecture = f.get_string("general.architecture");
-  if (c.architecture != "llama") {
-    throw Error("model '" + f.path() + "': architecture '" + c.architecture + "' is not supported (supported: llama)");
+  const auto all = architectures();
+  const auto arch =
+      std::find_if(all.begin(), all.end(), [&](const Architecture& a) { return a.name == c.architecture; });
+  if (arch == all.end()) {
+    throw Error("model '" + f.path() + "': architecture '" + c.architecture +
+                "' is not supported (supported: " + supported_list() + ")");
   }
   const std::string a = c.architecture + ".";
-  auto get = [&](const std::string& key, uint64_t max) { return positive(f, a + key, f.get_u64(a + key), max); };
+  auto get = [&](const std::string& key, uint64_t max) { return arch_u64(f, c, key, max); };
   c.hidden_size = get("embedding_length", 1 << 16);
   c.intermediate_size = get("feed_forward_length", 1 << 18);
   c.num_hidden_layers = get("block_count", 1024);
   c.num_attention_heads = get("attention.head_count", 1024);
-  c.num_key_value_heads =
-      f.find(a + "attention.head_count_kv") ? get("attention.head_count_kv", 1024) : c.num_attention_heads;
+  c.num_key_value_heads = arch_u64(f, c, "attention.head_count_kv", 1024, c.num_attention_heads);
   c.max_position_embeddings = get("context_length", uint64_t{1} << 24);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     throw Error("model '" + f.path() + "': head_count " + std::to_string(c.num_attention_heads) +
@@ -45,22 +93,20 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   if (f.find(a + "attention.value_length") && get("attention.value_length", 4096) != c.head_dim) {
     throw Error("model '" + f.path() + "': attention.value_length != key_length is not supported");
   }
-  c.rope_dim = f.find(a + "rope.dimension_count") ? get("rope.dimension_count", 4096) : c.head_dim;
+  c.rope_dim = arch_u64(f, c, "rope.dimension_count", 4096, c.head_dim);
   if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
     throw Error("model '" + f.path() + "': rope.dimension_count = " + std::to_string(c.rope_dim) +
                 " must be even and <= head_dim " + std::to_string(c.head_dim));
   }
-  c.rope_theta = f.get_f32(a + "rope.freq_base", 10000.0f);
-  c.rms_norm_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
-  if (!(c.rope_theta > 0.0f) || !(c.rms_norm_eps > 0.0f)) {
-    throw Error("model '" + f.path() + "': rope.freq_base and layer_norm_rms_epsilon must be positive");
-  }
+  c.rope_theta = arch_f32(f, c, "rope.freq_base", 10000.0f);
+  c.rms_norm_eps = arch_f32(f, c, "attention.layer_norm_rms_epsilon", 1e-5f);
   if (f.find(a + "rope.scaling.type") && f.get_string(a + "rope.scaling.type") != "none") {
-    throw Error("model '" + f.path() + "': rope scaling '" + f.get_string(a + "rope.scaling.type") +
+    throw Error("model '" + f.path() + "': " + a + "rope.scaling.type '" + f.get_string(a + "rope.scaling.type") +
                 "' is not supported yet");
   }
-  if (f.find_tensor("rope_freqs.weight")) {
-    throw Error("model '" + f.path() + "': rope_freqs.weight (Llama 3.1 RoPE scaling) is not supported yet");
+  arch->configure(f, c);
+  if (f.find_tensor("rope_freqs.weight") && !c.rope_freqs) {
+    throw Error("model '" + f.path() + "': rope_freqs.weight is not supported for architecture " + c.architecture);
   }
   const GgufTensorInfo& emb = f.tensor("token_embd.weight");
   if (emb.ne.size() != 2 || emb.ne[0] != c.hidden_size) {

@@ -192,5 +192,36 @@ INSTANTIATE_TEST_SUITE_P(Files, BatchInvarianceKquant,
                                            "q5_1", "iq4_nl"),
                          [](const auto& info) { return std::string(info.param); });
 
+// The other architectures (src/model/architectures.h), on their golden files: phi3 (fused qkv
+// and gate_up, NEOX RoPE, q scaled before attention) and qwen2 (q/k/v biases). Alone, batched,
+// chunked, 1 or 2 threads, another block size, and every ISA of this CPU: the same bits.
+TEST(BatchInvarianceArchs, AloneVsBatchedVsChunkedVsIsa) {
+  for (const char* name : {"phi3-s15-f32.gguf", "qwen2-s12-f32.gguf"}) {
+    SCOPED_TRACE(name);
+    auto file = GgufFile::open(test::testdata(std::string("archs/") + name));
+    ThreadPool pool2(2);
+    LlamaModel model(*file, &pool2);
+    std::mt19937 rng(321);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int len : {37, 5, 64, 1, 20, 33}) prompts.push_back(random_tokens(rng, len, model.config().vocab_size));
+    std::vector<std::vector<float>> alone;
+    for (const auto& p : prompts) alone.push_back(run(model, {p}, p.size(), 1, 6)[0]);
+    for (auto [chunk, group] : {std::pair<size_t, size_t>{1, 1}, {7, 3}, {1000, 6}, {15, 6}}) {
+      const auto got = run(model, prompts, chunk, group, 6);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_TRUE(same_bits(got[i], alone[i])) << "seq " << i << " chunk " << chunk << " group " << group;
+      }
+    }
+    ThreadPool pool1(1);
+    for (kernels::Isa isa : kernels::usable_isas()) {
+      LlamaModel other(*file, &pool1, isa);
+      const auto got = run(other, prompts, 7, 6, 6, 4);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_TRUE(same_bits(got[i], alone[i])) << kernels::isa_name(isa) << ", 1 thread, seq " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagellm

@@ -1,0 +1,133 @@
+// Per-architecture metadata and tensors (src/model/architectures.h): what each architecture's
+// file reads from the archs/ golden files, and the load errors, each naming the key or tensor, of
+// copies of those files with a key or tensor removed or changed.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
+#include "model/llama.h"
+#include "test_util.h"
+
+namespace pagellm {
+namespace {
+
+std::unique_ptr<GgufFile> open_arch(const std::string& file) { return GgufFile::open(test::testdata("archs/" + file)); }
+
+// A copy of `src` in memory without metadata key / tensor `drop` and with `set` applied.
+struct Edited {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<GgufFile> file;
+};
+Edited edit(const GgufFile& src, const std::string& drop, std::optional<std::pair<std::string, GgufValue>> set = {}) {
+  GgufWriter w;
+  for (const auto& [key, value] : src.metadata()) {
+    if (key != drop && key != "general.alignment") w.set(key, value);
+  }
+  if (set) w.set(set->first, set->second);
+  for (const GgufTensorInfo& t : src.tensors()) {
+    if (t.name != drop) w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+  }
+  Edited e;
+  e.bytes = w.to_bytes();
+  e.file = GgufFile::parse(e.bytes, "edited.gguf");
+  return e;
+}
+
+// Loading `f` throws a pagellm::Error whose message contains `needle`.
+void expect_load_error(const GgufFile& f, const std::string& needle) {
+  ThreadPool pool(1);
+  try {
+    LlamaModel model(f, &pool);
+    ADD_FAILURE() << "expected an error naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Architectures, ConfigOfEachGoldenFile) {
+  const LlamaConfig llama3 = LlamaConfig::from_gguf(*open_arch("llama3-s11-f32.gguf"));
+  EXPECT_EQ(llama3.rope_type, RopeType::kNorm);
+  EXPECT_TRUE(llama3.rope_freqs);
+  EXPECT_TRUE(llama3.tie_word_embeddings);
+  EXPECT_EQ(llama3.rope_theta, 500000.0f);
+
+  const LlamaConfig qwen2 = LlamaConfig::from_gguf(*open_arch("qwen2-s12-f32.gguf"));
+  EXPECT_EQ(qwen2.rope_type, RopeType::kNeox);
+  EXPECT_TRUE(qwen2.attention_bias);
+  EXPECT_FALSE(qwen2.qk_norm);
+
+  const LlamaConfig qwen3 = LlamaConfig::from_gguf(*open_arch("qwen3-s13-f32.gguf"));
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_EQ(qwen3.head_dim, 64);  // attention.key_length, != 256 / 8
+  EXPECT_EQ(qwen3.num_key_value_heads, 2);
+
+  const LlamaConfig phi3 = LlamaConfig::from_gguf(*open_arch("phi3-s15-f32.gguf"));
+  EXPECT_TRUE(phi3.fused_qkv);
+  EXPECT_TRUE(phi3.fused_gate_up);
+  EXPECT_FALSE(phi3.tie_word_embeddings);
+  EXPECT_EQ(phi3.rope_dim, 32);
+}
+
+TEST(Architectures, MissingKeyOrTensorIsNamed) {
+  struct Case {
+    const char* file;
+    const char* drop;
+  };
+  for (const Case c :
+       {Case{"qwen3-s13-f32.gguf", "qwen3.embedding_length"}, Case{"phi3-s15-f32.gguf", "phi3.attention.head_count"},
+        Case{"qwen2-s12-f32.gguf", "blk.1.attn_v.bias"}, Case{"qwen3-s13-f32.gguf", "blk.0.attn_k_norm.weight"},
+        Case{"phi3-s15-f32.gguf", "blk.0.attn_qkv.weight"}}) {
+    SCOPED_TRACE(std::string(c.file) + " without " + c.drop);
+    const auto f = open_arch(c.file);
+    expect_load_error(*edit(*f, c.drop).file, c.drop);
+  }
+}
+
+TEST(Architectures, InvalidOrUnsupportedValuesAreNamed) {
+  const auto qwen3 = open_arch("qwen3-s13-f32.gguf");
+  // An architecture we do not run: the message lists the ones we do.
+  expect_load_error(*edit(*qwen3, "", {{"general.architecture", GgufValue::str("mamba")}}).file,
+                    "supported: llama, qwen2, qwen3, phi3");
+  // rope_freqs only where the architecture's file reads it (llama).
+  const auto llama3 = open_arch("llama3-s11-f32.gguf");
+  GgufWriter w;  // llama3-s11 with its llama.* keys renamed qwen2.*
+  for (const auto& [key, value] : llama3->metadata()) {
+    w.set(key.starts_with("llama.") ? "qwen2." + key.substr(6) : key, value);
+  }
+  w.set("general.architecture", GgufValue::str("qwen2"));
+  for (const GgufTensorInfo& t : llama3->tensors()) {
+    w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+  }
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  expect_load_error(*GgufFile::parse(bytes, "as-qwen2.gguf"),
+                    "rope_freqs.weight is not supported for architecture qwen2");
+  const auto phi3 = open_arch("phi3-s15-f32.gguf");
+  expect_load_error(*edit(*phi3, "", {{"phi3.rope.scaling.attn_factor", GgufValue::f32(1.2f)}}).file,
+                    "phi3.rope.scaling.attn_factor");
+}
+
+// rope_freqs.weight must be [rope_dim / 2] f32.
+TEST(Architectures, RopeFreqsShapeIsChecked) {
+  const auto f = open_arch("llama3-s11-f32.gguf");
+  GgufWriter w;
+  for (const auto& [key, value] : f->metadata()) w.set(key, value);
+  for (const GgufTensorInfo& t : f->tensors()) {
+    const int64_t n = t.name == "rope_freqs.weight" ? 8 : t.ne[0];
+    std::vector<int64_t> ne = t.ne;
+    ne[0] = n;
+    const uint64_t bytes = t.name == "rope_freqs.weight" ? 32 : t.size_bytes;
+    w.add_tensor(t.name, t.type, ne, std::vector<uint8_t>(t.data, t.data + bytes));
+  }
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  const auto bad = GgufFile::parse(bytes, "edited.gguf");
+  expect_load_error(*bad, "rope_freqs.weight");
+}
+
+}  // namespace
+}  // namespace pagellm
