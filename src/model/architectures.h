@@ -17,14 +17,18 @@ struct Architecture {
   void (*configure)(const GgufFile& f, LlamaConfig& c);
 };
 
-void configure_llama(const GgufFile& f, LlamaConfig& c);  // llama_config.cc
-void configure_qwen2(const GgufFile& f, LlamaConfig& c);  // qwen2.cc
-void configure_qwen3(const GgufFile& f, LlamaConfig& c);  // qwen3.cc
-void configure_phi3(const GgufFile& f, LlamaConfig& c);   // phi3.cc
+void configure_llama(const GgufFile& f, LlamaConfig& c);   // llama_config.cc
+void configure_qwen2(const GgufFile& f, LlamaConfig& c);   // qwen2.cc
+void configure_qwen3(const GgufFile& f, LlamaConfig& c);   // qwen3.cc
+void configure_gemma3(const GgufFile& f, LlamaConfig& c);  // gemma3.cc
+void configure_phi3(const GgufFile& f, LlamaConfig& c);    // phi3.cc
 
 inline std::span<const Architecture> architectures() {
-  static constexpr Architecture kAll[] = {
-      {"llama", configure_llama}, {"qwen2", configure_qwen2}, {"qwen3", configure_qwen3}, {"phi3", configure_phi3}};
+  static constexpr Architecture kAll[] = {{"llama", configure_llama},
+                                          {"qwen2", configure_qwen2},
+                                          {"qwen3", configure_qwen3},
+                                          {"gemma3", configure_gemma3},
+                                          {"phi3", configure_phi3}};
   return kAll;
 }
 

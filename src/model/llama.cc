@@ -85,6 +85,7 @@ void LlamaModel::bind_layer(const GgufFile& f, int64_t i) {
     l.k_norm = bind_norm(f, p + "attn_k_norm.weight", c.head_dim);
   }
   l.wo = bind(f, p + "attn_output.weight", h, q_dim);
+  if (c.post_norms) l.post_attn_norm = bind_norm(f, p + "post_attention_norm.weight");
   l.ffn_norm = bind_norm(f, p + "ffn_norm.weight");
   if (c.fused_gate_up) {
     l.w_gate_up = bind(f, p + "ffn_up.weight", 2 * ffn, h);
@@ -93,6 +94,7 @@ void LlamaModel::bind_layer(const GgufFile& f, int64_t i) {
     l.w_up = bind(f, p + "ffn_up.weight", ffn, h);
   }
   l.w_down = bind(f, p + "ffn_down.weight", h, ffn);
+  if (c.post_norms) l.post_ffn_norm = bind_norm(f, p + "post_ffw_norm.weight");
   layers_.push_back(l);
 }
 
@@ -169,6 +171,8 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
     kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_, ws, xq);
     kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_, ws, xq);
   }
+  const bool sliding = c.is_sliding(layer);
+  const std::vector<float>& cos_sin = sliding ? rope_cos_sin_swa_ : rope_cos_sin_;
   for (int64_t t = 0; t < n; ++t) {
     float* qt = &q_[t * q_dim];
     float* kt = &k_[t * kv_dim];
@@ -183,7 +187,7 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
       for (int64_t h = 0; h < c.num_key_value_heads; ++h)
         kc::rms_norm(kt + h * c.head_dim, l.k_norm, c.head_dim, c.rms_norm_eps, kt + h * c.head_dim);
     }
-    const float* cs = &rope_cos_sin_[t * c.rope_dim];
+    const float* cs = &cos_sin[t * c.rope_dim];
     if (c.rope_type == RopeType::kNeox) {
       kc::rope_neox(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
       kc::rope_neox(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
@@ -201,14 +205,23 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
   ab.block_tables = b.block_tables.data();
   ab.num_seqs = b.num_seqs();
   ab.max_blocks_per_seq = b.max_blocks_per_seq;
+  ab.sliding_window = sliding ? c.sliding_window : 0;
   float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  if (c.scale_q) {  // q scaled before attention, as the reference graph does (phi3)
+  if (c.scale_q) {  // q scaled before attention, as the reference graph does (gemma3, phi3)
     for (int64_t i = 0; i < n * q_dim; ++i) q_[i] *= scale;
     scale = 1.0f;
   }
   kc::paged_attention(q_.data(), view, ab, c.num_attention_heads, scale, attn_.data(), pool_, ws);
   kc::matmul(l.wo, attn_.data(), n, out_.data(), pool_, ws);
-  for (int64_t i = 0; i < n * c.hidden_size; ++i) x_[i] += out_[i];
+  residual_add(l.post_attn_norm, n);
+}
+
+void LlamaModel::residual_add(const float* post_norm, int64_t n) {
+  const int64_t h = config_.hidden_size;
+  if (post_norm != nullptr) {
+    for (int64_t t = 0; t < n; ++t) kc::rms_norm(&out_[t * h], post_norm, h, config_.rms_norm_eps, &out_[t * h]);
+  }
+  for (int64_t i = 0; i < n * h; ++i) x_[i] += out_[i];
 }
 
 void LlamaModel::mlp_block(const Layer& l, int64_t n, kc::Workspace& ws) {
@@ -229,10 +242,14 @@ void LlamaModel::mlp_block(const Layer& l, int64_t n, kc::Workspace& ws) {
   }
   for (int64_t t = 0; t < n; ++t) {
     float* g = &gate_[t * ffn];
-    kc::silu_mul(g, &up_[t * ffn], ffn, g);
+    if (c.hidden_act == HiddenAct::kGeluTanh) {
+      kc::gelu_tanh_mul(g, &up_[t * ffn], ffn, g);
+    } else {
+      kc::silu_mul(g, &up_[t * ffn], ffn, g);
+    }
   }
   kc::matmul(l.w_down, gate_.data(), n, out_.data(), pool_, ws);
-  for (int64_t i = 0; i < n * c.hidden_size; ++i) x_[i] += out_[i];
+  residual_add(l.post_ffn_norm, n);
 }
 
 void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, kc::Workspace& ws, std::vector<float>& logits) {
@@ -250,14 +267,24 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, kc::Workspace
   up_.resize(gate_.size());
   fused_.resize(n * std::max(c.fused_qkv ? (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim : 0,
                              c.fused_gate_up ? 2 * c.intermediate_size : 0));
-  // One table per position, for q and k of every layer.
+  // One table per position (and RoPE base), for q and k of every layer.
   rope_cos_sin_.resize(n * c.rope_dim);
+  rope_cos_sin_swa_.resize(c.sliding_window > 0 ? n * c.rope_dim : 0);
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = b.positions[t];
     kc::rope_cos_sin_scaled(c.rope_dim, pos, c.rope_theta, rope_freqs_, &rope_cos_sin_[t * c.rope_dim]);
+    if (c.sliding_window > 0) {
+      kc::rope_cos_sin_scaled(c.rope_dim, pos, c.rope_theta_swa, rope_freqs_, &rope_cos_sin_swa_[t * c.rope_dim]);
+    }
   }
 
-  for (int64_t t = 0; t < n; ++t) kc::get_row(token_embd_, b.token_ids[t], &x_[t * c.hidden_size], ws);
+  for (int64_t t = 0; t < n; ++t) {
+    float* xt = &x_[t * c.hidden_size];
+    kc::get_row(token_embd_, b.token_ids[t], xt, ws);
+    if (c.embedding_scale != 1.0f) {
+      for (int64_t i = 0; i < c.hidden_size; ++i) xt[i] *= c.embedding_scale;
+    }
+  }
   for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {
     attention_block(layers_[i], i, b, kv_cache, ws);
     mlp_block(layers_[i], n, ws);

@@ -1,9 +1,9 @@
 // The decoder-only transformer of the Llama family (Touvron et al. 2023, "LLaMA"; GQA: Ainslie et
 // al. 2023), shared by every architecture of src/model/architectures.h:
-//   x = embed(tokens)
-//   per layer: x += Wo · attn(rope([qk_norm] Wq·rms(x) [+ bq]), rope(... k ...), Wv·rms(x) [+ bv])
-//                                                     (causal, paged KV)
-//              x += Wdown · (silu(Wgate·rms(x)) * Wup·rms(x))   (SwiGLU)
+//   x = embed(tokens) [* embedding_scale]
+//   per layer: x += [post_norm ·] Wo · attn(rope([qk_norm] Wq·rms(x) [+ bq]), rope(... k ...), Wv·rms(x) [+ bv])
+//                                                     (causal, paged KV; sliding window on local layers)
+//              x += [post_norm ·] Wdown · (act(Wgate·rms(x)) * Wup·rms(x))   (SwiGLU / GeGLU)
 //   logits = Wout · rms(x)
 // The bracketed parts and the RoPE pairing are LlamaConfig's per-architecture options; fused
 // q/k/v and gate/up matrices (phi3) are split after their matmul. Weights are used in place from
@@ -64,9 +64,11 @@ class LlamaModel {
     const float* bv = nullptr;                 // [kv_dim]
     const float* q_norm = nullptr;             // qk_norm: [head_dim]
     const float* k_norm = nullptr;             // [head_dim]
+    const float* post_attn_norm = nullptr;     // post_norms: [hidden]
     const float* ffn_norm;                     // [hidden]
     kernels::WeightView w_gate, w_up, w_down;  // w_gate unused when fused_gate_up
     kernels::WeightView w_gate_up;             // fused_gate_up: [2 ffn, hidden]
+    const float* post_ffn_norm = nullptr;      // post_norms: [hidden]
   };
   // for_matmul: the tensor is read only by kernels::matmul (so it may be repacked).
   kernels::WeightView bind(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
@@ -78,6 +80,8 @@ class LlamaModel {
   void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache,
                        kernels::Workspace& ws);
   void mlp_block(const Layer& l, int64_t num_tokens, kernels::Workspace& ws);
+  // x_ += out_ rows, after the post norm when there is one (post_norms).
+  void residual_add(const float* post_norm, int64_t num_tokens);
   // xn_ = rms_norm(rows of x_) for the matrices in `ws`; when one of them is Q8_0 / Q4_0, also
   // xq_ = those rows quantized to q8_0 in the same pass (kernels::rms_norm_q8_0), shared by
   // them. Returns xq_.data(), or nullptr when none is quantized. rows: num_rows row indices of
@@ -98,9 +102,11 @@ class LlamaModel {
   // Scratch, resized per call: [num_tokens, *] f32.
   const float* rope_freqs_ = nullptr;  // rope_freqs: [rope_dim / 2]
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_;
-  std::vector<float> fused_;         // fused_qkv / fused_gate_up: the fused matmul's output, then split
-  std::vector<float> rope_cos_sin_;  // [num_tokens, rope_dim]: kernels::rope_cos_sin_scaled per position
-  std::vector<BlockQ8_0> xq_;        // [num_tokens, hidden / 32]: xn_ quantized (norm_for)
+  std::vector<float> fused_;  // fused_qkv / fused_gate_up: the fused matmul's output, then split
+  // [num_tokens, rope_dim]: kernels::rope_cos_sin_scaled per position, with rope_theta (global
+  // layers) and rope_theta_swa (local layers, when the model has any).
+  std::vector<float> rope_cos_sin_, rope_cos_sin_swa_;
+  std::vector<BlockQ8_0> xq_;  // [num_tokens, hidden / 32]: xn_ quantized (norm_for)
 };
 
 }  // namespace pagellm

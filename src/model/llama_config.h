@@ -14,6 +14,8 @@ namespace pagellm {
 // Which elements RoPE rotates together: NORM (2i, 2i+1), as ggml's llama; NEOX (i, i + n/2), as
 // Hugging Face's rotate_half (Qwen, Gemma, Phi-3).
 enum class RopeType : uint8_t { kNorm, kNeox };
+// The gate activation of the gated MLP: silu (SwiGLU) or gelu_tanh (GeGLU).
+enum class HiddenAct : uint8_t { kSilu, kGeluTanh };
 
 struct LlamaConfig {
   std::string architecture;             // general.architecture ("llama", "qwen2", ...)
@@ -34,11 +36,21 @@ struct LlamaConfig {
   RopeType rope_type = RopeType::kNorm;
   bool rope_freqs = false;      // llama 3.1+: rope_freqs.weight [rope_dim/2] divides pair i's angle
   bool attention_bias = false;  // qwen2: attn_q/k/v.bias
-  bool qk_norm = false;         // qwen3: attn_q_norm / attn_k_norm, RMSNorm per head before RoPE
+  bool qk_norm = false;         // qwen3, gemma3: attn_q_norm / attn_k_norm, RMSNorm per head before RoPE
+  bool post_norms = false;      // gemma3: post_attention_norm, post_ffw_norm before each residual add
   bool fused_qkv = false;       // phi3: attn_qkv = [q; k; v] rows
   bool fused_gate_up = false;   // phi3: ffn_up = [gate; up] rows, no ffn_gate
-  bool scale_q = false;         // q *= 1/sqrt(head_dim) before attention, whose scale is then 1 (phi3)
+  HiddenAct hidden_act = HiddenAct::kSilu;
+  float embedding_scale = 1.0f;        // gemma3: sqrt(hidden_size), multiplies the looked-up embedding
+  bool scale_q = false;                // q *= 1/sqrt(head_dim) before attention, whose scale is then 1 (gemma3, phi3)
+  int64_t sliding_window = 0;          // gemma3: <arch>.attention.sliding_window, keys (0: none)
+  int64_t sliding_window_pattern = 0;  // layer il is local iff il % pattern < pattern - 1 (when sliding_window > 0)
+  float rope_theta_swa = 0.0f;         // gemma3: <arch>.rope.freq_base_swa, the local layers' RoPE base
 
+  // Whether layer il attends through the sliding window (with rope_theta_swa).
+  bool is_sliding(int64_t il) const {
+    return sliding_window > 0 && il % sliding_window_pattern < sliding_window_pattern - 1;
+  }
   // Reads and validates the config. Throws pagellm::Error naming the file and key.
   static LlamaConfig from_gguf(const GgufFile& f);
 };

@@ -67,11 +67,32 @@ TEST(Architectures, ConfigOfEachGoldenFile) {
   EXPECT_EQ(qwen3.head_dim, 64);  // attention.key_length, != 256 / 8
   EXPECT_EQ(qwen3.num_key_value_heads, 2);
 
+  const LlamaConfig gemma3 = LlamaConfig::from_gguf(*open_arch("gemma3-s14-f32.gguf"));
+  EXPECT_TRUE(gemma3.post_norms);
+  EXPECT_EQ(gemma3.hidden_act, HiddenAct::kGeluTanh);
+  EXPECT_EQ(gemma3.embedding_scale, 16.0f);
+  EXPECT_TRUE(gemma3.scale_q);
+  EXPECT_EQ(gemma3.sliding_window, 16);
+  EXPECT_TRUE(gemma3.is_sliding(0));
+  EXPECT_FALSE(gemma3.is_sliding(1));
+  EXPECT_EQ(gemma3.rope_theta_swa, 10000.0f);
+  EXPECT_EQ(gemma3.rope_theta, 1e6f);
+
   const LlamaConfig phi3 = LlamaConfig::from_gguf(*open_arch("phi3-s15-f32.gguf"));
   EXPECT_TRUE(phi3.fused_qkv);
   EXPECT_TRUE(phi3.fused_gate_up);
   EXPECT_FALSE(phi3.tie_word_embeddings);
   EXPECT_EQ(phi3.rope_dim, 32);
+  EXPECT_FALSE(phi3.is_sliding(0));
+}
+
+// Real Gemma 3 files carry no sliding_window_pattern: 6 (5 local layers, then a global one).
+TEST(Architectures, Gemma3PatternDefaultsToSix) {
+  const auto f = open_arch("gemma3-s14-f32.gguf");
+  const Edited e = edit(*f, "gemma3.attention.sliding_window_pattern");
+  const LlamaConfig c = LlamaConfig::from_gguf(*e.file);
+  EXPECT_EQ(c.sliding_window_pattern, 6);
+  for (int il = 0; il < 12; ++il) EXPECT_EQ(c.is_sliding(il), il % 6 != 5) << il;
 }
 
 TEST(Architectures, MissingKeyOrTensorIsNamed) {
@@ -80,8 +101,11 @@ TEST(Architectures, MissingKeyOrTensorIsNamed) {
     const char* drop;
   };
   for (const Case c :
-       {Case{"qwen3-s13-f32.gguf", "qwen3.embedding_length"}, Case{"phi3-s15-f32.gguf", "phi3.attention.head_count"},
+       {Case{"gemma3-s14-f32.gguf", "gemma3.attention.sliding_window"},
+        Case{"qwen3-s13-f32.gguf", "qwen3.embedding_length"}, Case{"phi3-s15-f32.gguf", "phi3.attention.head_count"},
         Case{"qwen2-s12-f32.gguf", "blk.1.attn_v.bias"}, Case{"qwen3-s13-f32.gguf", "blk.0.attn_k_norm.weight"},
+        Case{"gemma3-s14-f32.gguf", "blk.1.post_ffw_norm.weight"},
+        Case{"gemma3-s14-f32.gguf", "blk.0.post_attention_norm.weight"},
         Case{"phi3-s15-f32.gguf", "blk.0.attn_qkv.weight"}}) {
     SCOPED_TRACE(std::string(c.file) + " without " + c.drop);
     const auto f = open_arch(c.file);
@@ -90,10 +114,16 @@ TEST(Architectures, MissingKeyOrTensorIsNamed) {
 }
 
 TEST(Architectures, InvalidOrUnsupportedValuesAreNamed) {
-  const auto qwen3 = open_arch("qwen3-s13-f32.gguf");
+  const auto gemma3 = open_arch("gemma3-s14-f32.gguf");
+  expect_load_error(*edit(*gemma3, "", {{"gemma3.attention.sliding_window_pattern", GgufValue::u32(0)}}).file,
+                    "gemma3.attention.sliding_window_pattern");
+  expect_load_error(*edit(*gemma3, "", {{"gemma3.final_logit_softcapping", GgufValue::f32(30.0f)}}).file,
+                    "gemma3.final_logit_softcapping");
+  expect_load_error(*edit(*gemma3, "", {{"gemma3.rope.freq_base_swa", GgufValue::f32(-1.0f)}}).file,
+                    "gemma3.rope.freq_base_swa");
   // An architecture we do not run: the message lists the ones we do.
-  expect_load_error(*edit(*qwen3, "", {{"general.architecture", GgufValue::str("mamba")}}).file,
-                    "supported: llama, qwen2, qwen3, phi3");
+  expect_load_error(*edit(*gemma3, "", {{"general.architecture", GgufValue::str("mamba")}}).file,
+                    "supported: llama, qwen2, qwen3, gemma3, phi3");
   // rope_freqs only where the architecture's file reads it (llama).
   const auto llama3 = open_arch("llama3-s11-f32.gguf");
   GgufWriter w;  // llama3-s11 with its llama.* keys renamed qwen2.*

@@ -192,11 +192,14 @@ INSTANTIATE_TEST_SUITE_P(Files, BatchInvarianceKquant,
                                            "q5_1", "iq4_nl"),
                          [](const auto& info) { return std::string(info.param); });
 
-// The other architectures (src/model/architectures.h), on their golden files: phi3 (fused qkv
-// and gate_up, NEOX RoPE, q scaled before attention) and qwen2 (q/k/v biases). Alone, batched,
-// chunked, 1 or 2 threads, another block size, and every ISA of this CPU: the same bits.
+// The other architectures (src/model/architectures.h), on their golden files: gemma3 (sliding
+// window of 16 keys on layer 0 with its own RoPE base, q/k norms, post norms, GeGLU, embedding
+// scale; prompts and decode steps run well past the window, chunks start inside and outside it),
+// phi3 (fused qkv and gate_up, NEOX RoPE, q scaled before attention) and qwen2 (q/k/v biases).
+// Alone, batched, chunked, 1 or 2 threads, another block size, and every ISA of this CPU: the same
+// bits.
 TEST(BatchInvarianceArchs, AloneVsBatchedVsChunkedVsIsa) {
-  for (const char* name : {"phi3-s15-f32.gguf", "qwen2-s12-f32.gguf"}) {
+  for (const char* name : {"gemma3-s14-f32.gguf", "phi3-s15-f32.gguf", "qwen2-s12-f32.gguf"}) {
     SCOPED_TRACE(name);
     auto file = GgufFile::open(test::testdata(std::string("archs/") + name));
     ThreadPool pool2(2);

@@ -1,6 +1,6 @@
 // Golden agreement of every architecture of src/model/architectures.h with llama.cpp
 // (../shared/testdata/archs/golden.json, README in ../shared/testdata/kquant): one random-weight
-// 2-layer model per architecture (llama with Llama 3.x rope_freqs, qwen2, qwen3, phi3), F32,
+// 2-layer model per architecture (llama with Llama 3.x rope_freqs, qwen2, qwen3, gemma3, phi3), F32,
 // 4 token-id prompts used verbatim, 64 greedy steps, with the tolerance rule of golden_check.h.
 // (The *-q4_k_m.gguf files need the K-quant kernels; they are not tested here yet.)
 #include <gtest/gtest.h>
@@ -26,7 +26,17 @@ using nlohmann::json;
 // logits of 12-15):
 // F32: llama.cpp agrees with a float64 numpy reference to <= 8e-6 and with itself (prompt token
 // by token) to <= 8e-6 on these files; ours differs from ggml's by summation order only: 1e-4.
+// gemma3: ggml-cpu's GELU is an fp16 lookup table (x rounded to fp16, the table holding
+// fp16(gelu_tanh(x))), so llama.cpp's own logits are off the exact function's by up to 3.9e-3
+// (the float64 reference with an exact GELU, README "Independent check"), and the table's steps
+// make its output move by 2e-3 under a 1e-6 relative perturbation of the inputs. We compute the
+// exact gelu_tanh (kernels::gelu_tanh: the float64 reference's answer), so we differ from
+// llama.cpp by llama.cpp's own table error: 5e-3, and greedy ids must agree up to the first
+// golden margin below 1e-2. Measured: max |dlogit| 3.9e-3, the numpy reference's figure for an
+// exact GELU; the same model with ggml's fp16 table emulated (tried, not kept) gives 2.9e-4, so
+// the GELU is the whole difference, and llama.cpp is the approximate one.
 constexpr double kF32Tol = 1e-4;
+constexpr double kGemma3Tol = 5e-3;
 
 struct Arch {
   const char* key;   // golden.json model key prefix
@@ -66,6 +76,7 @@ INSTANTIATE_TEST_SUITE_P(All, GoldenArchs,
                          ::testing::Values(Arch{"llama3", "llama3-s11-f32.gguf", "llama", kF32Tol},
                                            Arch{"qwen2", "qwen2-s12-f32.gguf", "qwen2", kF32Tol},
                                            Arch{"qwen3", "qwen3-s13-f32.gguf", "qwen3", kF32Tol},
+                                           Arch{"gemma3", "gemma3-s14-f32.gguf", "gemma3", kGemma3Tol},
                                            Arch{"phi3", "phi3-s15-f32.gguf", "phi3", kF32Tol}),
                          [](const auto& info) { return std::string(info.param.key); });
 
