@@ -57,7 +57,8 @@ struct CandidateOrder {
 
 }  // namespace
 
-void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>* out) const {
+void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>* out,
+                               const std::array<int32_t, 256>* byte_tokens) const {
   if (word.empty()) return;
   if (ignore_merges_) {
     const int32_t id = vocab_.find(word);
@@ -106,7 +107,8 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>* out)
       continue;
     }
     for (size_t k = 0; k < s.n; ++k) {
-      const int32_t b = vocab_.find(word.substr(s.begin + k, 1));
+      const int32_t b = byte_tokens ? (*byte_tokens)[static_cast<uint8_t>(word[s.begin + k])]
+                                    : vocab_.find(word.substr(s.begin + k, 1));
       if (b >= 0) out->push_back(b);
     }
   }

@@ -13,6 +13,7 @@
 // Cost per word: O(n log n) in characters.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -30,8 +31,11 @@ class BpeTokenizer {
   // Throws pagellm::Error naming the merge when it has no separating space.
   BpeTokenizer(const Vocab& vocab, const std::vector<std::string>& merges, bool ignore_merges);
 
-  // Appends the ids of one pre-tokenized, byte-encoded word to `out`.
-  void encode_word(std::string_view word, std::vector<int32_t>* out) const;
+  // Appends the ids of one pre-tokenized, byte-encoded word to `out`. byte_tokens: when given
+  // (SentencePiece-style BPE with byte fallback), a final symbol that is not a token is emitted
+  // as byte_tokens[b] for each of its bytes (ids < 0 dropped) instead.
+  void encode_word(std::string_view word, std::vector<int32_t>* out,
+                   const std::array<int32_t, 256>* byte_tokens = nullptr) const;
 
   int32_t num_merges() const { return static_cast<int32_t>(ranks_.size()); }
 

@@ -31,6 +31,7 @@ class SpmTokenizer {
 
   // Token id of byte `b`: "<0xXX>", else the one-byte token, else unk (-1 if none).
   int32_t byte_token(uint8_t b) const { return byte_tokens_[b]; }
+  const std::array<int32_t, 256>& byte_tokens() const { return byte_tokens_; }
 
  private:
   const Vocab& vocab_;

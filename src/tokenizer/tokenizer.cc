@@ -100,7 +100,11 @@ void Tokenizer::encode_text(std::string_view text, bool prefix_space, std::vecto
     escaped.reserve(text.size() * 3 + 3);
     if (prefix_space) escaped.append(kSpmSpace);
     escape_spaces(text, &escaped);
-    spm_->encode(escaped, out);
+    if (spm_merges_) {
+      spm_merges_->encode_word(escaped, out, &spm_->byte_tokens());
+    } else {
+      spm_->encode(escaped, out);
+    }
     return;
   }
   const auto& alphabet = unicode::byte_to_unicode();

@@ -3,7 +3,10 @@
 //
 // Models:
 //  - "llama": SentencePiece BPE over scores (spm.h), byte fallback <0xXX>, dummy space prefix
-//    (tokenizer.ggml.add_space_prefix, default true) and spaces escaped to U+2581.
+//    (tokenizer.ggml.add_space_prefix, default true) and spaces escaped to U+2581. With
+//    tokenizer.ggml.merges (which llama.cpp's files never have, format/hf_dir.h's view of a
+//    tokenizer.json always does) the escaped text is one word merged by rank (bpe.h), as Hugging
+//    Face's BPE model with byte_fallback and no pre-tokenizer.
 //  - "gpt2": byte-level BPE over ranked merges (bpe.h) after a regex pre-tokenizer chosen by
 //    tokenizer.ggml.pre (pre_tokenizer.h).
 // Special tokens (control / user-defined / unknown) are cut out of the text first
@@ -40,7 +43,7 @@ struct TokenizerConfig {
   std::vector<std::string> tokens;   // tokenizer.ggml.tokens [vocab_size]
   std::vector<float> scores;         // tokenizer.ggml.scores [vocab_size] or empty
   std::vector<int64_t> token_types;  // tokenizer.ggml.token_type [vocab_size] or empty (all normal)
-  std::vector<std::string> merges;   // tokenizer.ggml.merges (gpt2: required)
+  std::vector<std::string> merges;   // tokenizer.ggml.merges (gpt2: required; llama: optional, see above)
   std::optional<int64_t> bos_id, eos_id, eot_id, eom_id, unk_id, pad_id;
   std::optional<int64_t> fim_pad_id, fim_rep_id, fim_sep_id;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
@@ -121,6 +124,9 @@ class Tokenizer {
   std::unique_ptr<Vocab> vocab_;
   std::unique_ptr<SpmTokenizer> spm_;
   std::unique_ptr<BpeTokenizer> bpe_;
+  // SentencePiece-style vocabulary with ranked merges (tokenizer.json's BPE model with byte
+  // fallback, as format/hf_dir.h presents it): merges replace the score-ordered SPM merging.
+  std::unique_ptr<BpeTokenizer> spm_merges_;
   std::unique_ptr<PreTokenizer> pre_;
   std::unique_ptr<SpecialTokenSplitter> specials_;
   PreTokenizerSpec pre_spec_;

@@ -167,6 +167,7 @@ void Tokenizer::init(TokenizerConfig& c) {
   if (add_bos_ && bos_id_ < 0) throw Error("tokenizer.ggml.add_bos_token is true but there is no BOS token");
   if (add_eos_ && eos_id_ < 0) throw Error("tokenizer.ggml.add_eos_token is true but there is no EOS token");
   if (spm) spm_ = std::make_unique<SpmTokenizer>(*vocab_, unk_id_);
+  if (spm && !c.merges.empty()) spm_merges_ = std::make_unique<BpeTokenizer>(*vocab_, c.merges, false);
   specials_ = std::make_unique<SpecialTokenSplitter>(*vocab_);
   init_length_bound();
 }
