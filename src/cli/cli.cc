@@ -30,7 +30,7 @@ std::string default_model_path() {
 namespace {
 
 int run(int argc, char** argv) {
-  CLI::App app{"pagellm: a lean LLM inference engine (Llama-family GGUF models on CPU)"};
+  CLI::App app{"pagellm: a lean LLM inference engine (Llama-family GGUF models and Hugging Face directories on CPU)"};
   app.require_subcommand(1);
   std::string version = build_info_text();
   version.pop_back();  // CLI11 ends the line

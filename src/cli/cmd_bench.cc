@@ -190,7 +190,7 @@ Handler add_bench(CLI::App& app) {
   app.require_subcommand(1);
   CLI::App* lat = app.add_subcommand("latency", "Single-stream prompt and generation tokens/s, with a bandwidth probe");
   auto a = std::make_shared<LatencyArgs>();
-  lat->add_option("-m,--model", a->model, "GGUF model (default: the bundled stories260K)");
+  lat->add_option("-m,--model", a->model, "GGUF model or Hugging Face directory (default: the bundled stories260K)");
   lat->add_option("--prompt-tokens", a->prompt_tokens,
                   "Prompt length, tokens (shortened so that prompt + generated tokens fit the context)");
   lat->add_option("--gen-tokens", a->gen_tokens,

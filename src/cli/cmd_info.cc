@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "engine/engine_config.h"
-#include "format/gguf.h"
+#include "format/hf_dir.h"
 #include "model/llama_config.h"
 
 namespace pagellm::cli {
@@ -35,10 +35,14 @@ std::string value_to_string(const GgufValue& v) {
 }
 
 int run_info(const std::string& path) {
-  auto f = GgufFile::open(path);
-  std::printf("file: %s\nGGUF version: %u, %llu bytes, alignment %llu, data at offset %llu\n\n", path.c_str(),
-              f->version(), static_cast<unsigned long long>(f->file_size()),
-              static_cast<unsigned long long>(f->alignment()), static_cast<unsigned long long>(f->data_offset()));
+  auto f = open_model_file(path);
+  if (f->version() == 0) {
+    std::printf("directory: %s\nHugging Face directory, shown as its GGUF conversion\n\n", path.c_str());
+  } else {
+    std::printf("file: %s\nGGUF version: %u, %llu bytes, alignment %llu, data at offset %llu\n\n", path.c_str(),
+                f->version(), static_cast<unsigned long long>(f->file_size()),
+                static_cast<unsigned long long>(f->alignment()), static_cast<unsigned long long>(f->data_offset()));
+  }
   std::printf("metadata (%zu keys):\n", f->metadata().size());
   for (const auto& [key, value] : f->metadata()) {
     std::printf("  %-45s %-8s %s\n", key.c_str(), gguf_type_name(value.type), value_to_string(value).c_str());
@@ -82,7 +86,7 @@ int run_info(const std::string& path) {
 
 Handler add_info(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  app.add_option("model", *path, "GGUF file")->required();
+  app.add_option("model", *path, "GGUF file or Hugging Face directory")->required();
   return [path] { return run_info(*path); };
 }
 

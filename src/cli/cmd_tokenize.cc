@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "format/gguf.h"
+#include "format/hf_dir.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::cli {
@@ -15,12 +15,12 @@ Handler add_tokenize(CLI::App& app) {
     bool no_bos = false, parse_special = false;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("-m,--model", a->model, "GGUF model or vocab file (default: models/stories260K-f32.gguf)");
+  app.add_option("-m,--model", a->model, "GGUF model or vocab file, or Hugging Face directory (default: models/stories260K-f32.gguf)");
   app.add_flag("--no-bos", a->no_bos, "Do not add BOS/EOS special tokens");
   app.add_flag("--parse-special", a->parse_special, "Turn special-token text (e.g. <s>) into control tokens");
   app.add_option("text", a->text, "Text to tokenize (use -- before text that begins with '-')")->required();
   return [a] {
-    auto file = GgufFile::open(a->model.empty() ? default_model_path() : a->model);
+    auto file = open_model_file(a->model.empty() ? default_model_path() : a->model);
     std::unique_ptr<Tokenizer> tok;
     try {
       tok = Tokenizer::from_gguf(*file);

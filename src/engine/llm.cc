@@ -7,6 +7,7 @@
 #include "engine/engine_core.h"
 #include "engine/model_runner.h"
 #include "engine/utf8_stream.h"
+#include "format/hf_dir.h"
 
 namespace pagellm {
 namespace {
@@ -21,7 +22,7 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   config_.validate();
   auto pool =
       std::make_unique<ThreadPool>(config_.num_threads > 0 ? config_.num_threads : ThreadPool::default_num_threads());
-  file_ = GgufFile::open(config_.model_path);
+  file_ = open_model_file(config_.model_path);
   auto model = std::make_unique<LlamaModel>(*file_, pool.get());
   try {
     tokenizer_ = Tokenizer::from_gguf(*file_);

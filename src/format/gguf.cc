@@ -1,15 +1,11 @@
 #include "format/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <limits>
 
 #include "core/error.h"
+#include "format/mapped_file.h"
 
 namespace pagellm {
 namespace {
@@ -156,68 +152,39 @@ int64_t GgufTensorInfo::num_elements() const {
   return n;
 }
 
-namespace {
-
-const char* file_kind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-[[noreturn]] void not_regular(const std::string& path, mode_t mode) {
-  throw Error("model file '" + path + "' is " + file_kind(mode) + ", not a regular file");
-}
-
-}  // namespace
-
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
-  // A FIFO would block open() until a writer comes (and a device may too): refuse anything but
-  // a regular file before opening it, and open without blocking, checking again on the
-  // descriptor, in case the path is replaced in between.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) not_regular(path, st.st_mode);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = std::strerror(errno);
-    ::close(fd);
-    throw Error("cannot stat model file '" + path + "': " + err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    not_regular(path, st.st_mode);
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  void* map = nullptr;
-  if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      throw Error("cannot mmap model file '" + path + "': " + err);
-    }
-  }
-  ::close(fd);
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
-  f->mapping_ = map;
-  f->mapping_size_ = size;
-  f->bytes_ = std::span<const uint8_t>(static_cast<const uint8_t*>(map), size);
-  f->parse_all();  // on throw, the destructor unmaps
+  f->mappings_.push_back(MappedFile::open(path, "model file"));
+  f->bytes_ = f->mappings_.back()->bytes();
+  f->parse_all();
+  return f;
+}
+
+std::unique_ptr<GgufFile> GgufFile::assemble(std::string path, std::vector<std::pair<std::string, GgufValue>> kv,
+                                             std::vector<GgufTensorInfo> tensors,
+                                             std::vector<std::unique_ptr<MappedFile>> mappings,
+                                             std::vector<std::unique_ptr<uint8_t[]>> owned) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = std::move(path);
+  f->version_ = 0;
+  f->kv_ = std::move(kv);
+  f->tensors_ = std::move(tensors);
+  f->mappings_ = std::move(mappings);
+  f->owned_ = std::move(owned);
+  for (size_t i = 0; i < f->kv_.size(); ++i) {
+    if (!f->kv_index_.emplace(f->kv_[i].first, i).second) f->fail("duplicate metadata key '" + f->kv_[i].first + "'");
+  }
+  for (size_t i = 0; i < f->tensors_.size(); ++i) {
+    if (!f->tensor_index_.emplace(f->tensors_[i].name, i).second) {
+      f->fail("duplicate tensor '" + f->tensors_[i].name + "'");
+    }
+  }
   return f;
 }
 
 void GgufFile::drop_pages(const void* data, size_t size) const {
-  if (mapping_ == nullptr || size == 0) return;
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto lo = reinterpret_cast<uintptr_t>(data), hi = lo + size;
-  const auto map_lo = reinterpret_cast<uintptr_t>(mapping_);
-  if (lo < map_lo || hi > map_lo + mapping_size_) return;
-  const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;
-  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  for (const auto& m : mappings_) m->drop_pages(data, size);
 }
 
 std::unique_ptr<GgufFile> GgufFile::parse(std::span<const uint8_t> bytes, const std::string& name) {
@@ -228,9 +195,7 @@ std::unique_ptr<GgufFile> GgufFile::parse(std::span<const uint8_t> bytes, const 
   return f;
 }
 
-GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
-}
+GgufFile::~GgufFile() = default;
 
 void GgufFile::fail(const std::string& what) const { throw Error("GGUF file '" + path_ + "': " + what); }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "format/mapped_file.h"
 
 namespace pagellm {
 
@@ -82,6 +83,16 @@ class GgufFile {
   // Parses a buffer that the caller keeps alive (fuzzing, tests). `name` is used in messages.
   static std::unique_ptr<GgufFile> parse(std::span<const uint8_t> bytes, const std::string& name);
 
+  // A model description that is not one GGUF file: the metadata and tensors the GGUF conversion
+  // of some other format would hold (format/hf_dir.h: a Hugging Face directory). Each tensor's
+  // `data` points into one of `mappings` or `owned`, which the result keeps alive; `offset` is
+  // unused. version() is 0 and file_size() 0. Throws pagellm::Error on a duplicate key or tensor
+  // name.
+  static std::unique_ptr<GgufFile> assemble(std::string path, std::vector<std::pair<std::string, GgufValue>> kv,
+                                            std::vector<GgufTensorInfo> tensors,
+                                            std::vector<std::unique_ptr<MappedFile>> mappings,
+                                            std::vector<std::unique_ptr<uint8_t[]>> owned);
+
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -89,7 +100,8 @@ class GgufFile {
   const std::string& path() const { return path_; }
   // Tells the kernel this process no longer reads [data, data + size) of the mapping: whole pages
   // inside it leave the resident set (the page cache keeps them; a later read maps them again).
-  // For tensors copied elsewhere at load (repacked weights). No-op for parse()d buffers.
+  // For tensors copied elsewhere at load (repacked weights). No-op for parse()d buffers and for
+  // memory this object does not map.
   void drop_pages(const void* data, size_t size) const;
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -126,8 +138,8 @@ class GgufFile {
 
   std::string path_;
   std::span<const uint8_t> bytes_;
-  void* mapping_ = nullptr;  // non-null when we own an mmap
-  size_t mapping_size_ = 0;
+  std::vector<std::unique_ptr<MappedFile>> mappings_;  // what open() / assemble() map (none for parse())
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;      // assemble(): tensor data converted at load
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -1,0 +1,92 @@
+#include "format/hf_json.h"
+
+#include <sys/stat.h>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace pagellm::hf {
+
+constexpr int64_t kMaxJsonBytes = int64_t{512} << 20;
+
+void JsonFile::fail(const std::string& field, const std::string& what) const {
+  throw Error("'" + path + "': field '" + field + "' " + what);
+}
+
+const Json* JsonFile::find(const std::string& field) const {
+  if (!json.is_object()) return nullptr;
+  auto it = json.find(field);
+  return it == json.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<int64_t> JsonFile::integer_opt(const std::string& field, int64_t lo, int64_t hi) const {
+  const Json* v = find(field);
+  if (v == nullptr) return std::nullopt;
+  // 2.0 is accepted as 2, as Python's json would compare it.
+  if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
+    const auto x = static_cast<int64_t>(v->get<double>());
+    if (x >= lo && x <= hi) return x;
+  }
+  if (!v->is_number_integer()) fail(field, "must be an integer, got " + v->dump());
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    fail(field, "= " + v->dump() + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  const auto x = v->get<int64_t>();
+  if (x < lo || x > hi) {
+    fail(field, "= " + v->dump() + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return x;
+}
+
+int64_t JsonFile::integer(const std::string& field, int64_t lo, int64_t hi) const {
+  auto v = integer_opt(field, lo, hi);
+  if (!v) fail(field, "is missing");
+  return *v;
+}
+
+std::optional<double> JsonFile::number_opt(const std::string& field) const {
+  const Json* v = find(field);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) fail(field, "must be a number, got " + v->dump());
+  return v->get<double>();
+}
+
+std::optional<bool> JsonFile::boolean_opt(const std::string& field) const {
+  const Json* v = find(field);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) fail(field, "must be true or false, got " + v->dump());
+  return v->get<bool>();
+}
+
+std::optional<std::string> JsonFile::string_opt(const std::string& field) const {
+  const Json* v = find(field);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) fail(field, "must be a string, got " + v->dump().substr(0, 80));
+  return v->get<std::string>();
+}
+
+JsonFile read_json(const std::string& dir, const std::string& name, bool required) {
+  JsonFile f;
+  f.path = dir + "/" + name;
+  struct stat st {};
+  if (::stat(f.path.c_str(), &st) != 0) {
+    if (!required) return f;
+    throw Error("Hugging Face directory '" + dir + "' has no " + name);
+  }
+  if (!S_ISREG(st.st_mode)) throw Error("'" + f.path + "' is not a regular file");
+  if (st.st_size > kMaxJsonBytes) throw Error("'" + f.path + "' is larger than 512 MiB");
+  std::ifstream in(f.path, std::ios::binary);
+  if (!in) throw Error("cannot read '" + f.path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    f.json = Json::parse(text.str());
+  } catch (const Json::exception& e) {
+    throw Error("'" + f.path + "' is not valid JSON: " + e.what());
+  }
+  if (!f.json.is_object()) throw Error("'" + f.path + "' is not a JSON object");
+  return f;
+}
+
+}  // namespace pagellm::hf

@@ -1,0 +1,272 @@
+// The Hugging Face directory of TinyStories-656K against its GGUF conversion (made by an
+// independent converter, ../shared/testdata/tinystories-656k/README.md), and hostile files.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "format/hf_dir.h"
+#include "format/safetensors.h"
+#include "test_util.h"
+
+namespace pagellm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string hf_dir() { return test::testdata("tinystories-656k/hf"); }
+
+// Expects `fn` to throw a pagellm::Error whose message holds every one of `parts`.
+template <typename Fn>
+void expect_error(Fn fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfDir, TensorsEqualTheGgufConversionBitForBit) {
+  auto hf = open_model_file(hf_dir());
+  auto gguf = GgufFile::open(test::testdata("tinystories-656k/TinyStories-656K-f32.gguf"));
+  ASSERT_EQ(hf->tensors().size(), gguf->tensors().size());
+  for (const GgufTensorInfo& g : gguf->tensors()) {
+    const GgufTensorInfo* h = hf->find_tensor(g.name);
+    ASSERT_NE(h, nullptr) << g.name;
+    EXPECT_EQ(h->ne, g.ne) << g.name;
+    ASSERT_EQ(h->type, g.type) << g.name;
+    ASSERT_EQ(h->size_bytes, g.size_bytes) << g.name;
+    // attn_q / attn_k: the rotate-half -> interleaved permutation must reproduce the converter's.
+    EXPECT_EQ(std::memcmp(h->data, g.data, g.size_bytes), 0) << g.name;
+  }
+}
+
+TEST(HfDir, MetadataMatchesTheGgufConversion) {
+  auto hf = open_model_file(hf_dir());
+  auto gguf = GgufFile::open(test::testdata("tinystories-656k/TinyStories-656K-f32.gguf"));
+  for (const char* k :
+       {"llama.context_length", "llama.embedding_length", "llama.feed_forward_length", "llama.block_count",
+        "llama.attention.head_count", "llama.attention.head_count_kv", "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id"}) {
+    EXPECT_EQ(hf->get_u64(k), gguf->get_u64(k)) << k;
+  }
+  for (const char* k : {"llama.attention.layer_norm_rms_epsilon", "llama.rope.freq_base"}) {
+    EXPECT_EQ(hf->get_f32(k), gguf->get_f32(k)) << k;
+  }
+  EXPECT_EQ(hf->get_string_array("tokenizer.ggml.tokens"), gguf->get_string_array("tokenizer.ggml.tokens"));
+  EXPECT_EQ(hf->get_int_array("tokenizer.ggml.token_type"), gguf->get_int_array("tokenizer.ggml.token_type"));
+  EXPECT_EQ(hf->get_string("tokenizer.ggml.model"), "llama");
+  EXPECT_EQ(hf->get_string_array("tokenizer.ggml.merges").size(), 1967u);
+  EXPECT_TRUE(hf->get_bool("tokenizer.ggml.add_bos_token"));
+  EXPECT_FALSE(hf->get_bool("tokenizer.ggml.add_eos_token"));
+}
+
+// ---- hostile safetensors headers --------------------------------------------------------
+
+std::vector<uint8_t> st_bytes(const std::string& header, size_t data_bytes, uint64_t claimed_len = 0) {
+  std::vector<uint8_t> b(8 + header.size() + data_bytes, 0);
+  const uint64_t n = claimed_len ? claimed_len : header.size();
+  std::memcpy(b.data(), &n, 8);
+  std::memcpy(b.data() + 8, header.data(), header.size());
+  return b;
+}
+
+void expect_bad(const std::string& header, size_t data, std::initializer_list<std::string> parts,
+                uint64_t claimed_len = 0) {
+  const auto b = st_bytes(header, data, claimed_len);
+  expect_error([&] { SafetensorsFile::parse(b, "x.safetensors"); }, parts);
+}
+
+TEST(Safetensors, ParsesAWellFormedHeader) {
+  const auto b = st_bytes(
+      R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},"e":{"dtype":"F16","shape":[0],"data_offsets":[32,32]}})",
+      32);
+  auto f = SafetensorsFile::parse(b, "x.safetensors");
+  ASSERT_EQ(f->tensors().size(), 3u);
+  const SafetensorsTensor* a = f->find("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(f->find("b")->data, a->data + 24);
+  EXPECT_EQ(f->metadata().at("format"), "pt");
+}
+
+TEST(Safetensors, EveryLieIsNamed) {
+  expect_bad(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4,
+             {"x.safetensors", "'a'", "data_offsets", "outside the data section"});
+  expect_bad(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, {"'a'", "needs 12"});
+  expect_bad(
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+      12, {"overlap"});
+  expect_bad(R"({"a":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", 8, {"'a'", "dtype", "F33"});
+  expect_bad(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, {"'a'", "shape"});
+  expect_bad(R"({"a":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,8]}})", 8, {"'a'", "2^50"});
+  expect_bad(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, {"'a'", "data_offsets"});
+  expect_bad(R"({"a":{"dtype":"F32","shape":[2]}})", 8, {"'a'", "data_offsets"});
+  expect_bad(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", 8, {"not valid JSON"});
+  expect_bad(R"([1,2])", 0, {"not a JSON object"});
+  expect_bad(R"({})", 0, {"runs past the end"}, 1000);
+  expect_bad(R"({})", 0, {"100 MiB"}, uint64_t{1} << 40);
+  expect_error([] { SafetensorsFile::parse(std::vector<uint8_t>(5), "x.safetensors"); }, {"too small"});
+}
+
+// ---- hostile directories ----------------------------------------------------------------
+
+class HfDirEdit : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("pagellm-hf-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    for (const auto& e : fs::directory_iterator(hf_dir())) fs::copy_file(e.path(), dir_ / e.path().filename());
+    for (const auto& e : fs::directory_iterator(dir_))
+      fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  json read(const std::string& name) {
+    std::ifstream in(dir_ / name);
+    return json::parse(in);
+  }
+  void write(const std::string& name, const json& j) { std::ofstream(dir_ / name) << j.dump(); }
+  std::string dir() const { return dir_.string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(HfDirEdit, MissingConfigFieldIsNamed) {
+  json c = read("config.json");
+  c.erase("hidden_size");
+  write("config.json", c);
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "hidden_size", "missing"});
+}
+
+TEST_F(HfDirEdit, WrongConfigTypesAndValuesAreNamed) {
+  json c = read("config.json");
+  c["num_attention_heads"] = "eight";
+  write("config.json", c);
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "num_attention_heads", "integer"});
+  c = read("config.json");
+  c["num_attention_heads"] = 8;
+  c["architectures"] = {"GPT2LMHeadModel"};
+  write("config.json", c);
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "architectures", "GPT2LMHeadModel"});
+  c["architectures"] = {"LlamaForCausalLM"};
+  c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
+  write("config.json", c);
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "rope_scaling.rope_type", "yarn"});
+  c["rope_scaling"] = nullptr;
+  c["vocab_size"] = 100;  // fewer than the tokenizer's ids
+  write("config.json", c);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "vocab_size"});
+  std::ofstream(dir_ / "config.json") << "{\"architectures\": [";
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "not valid JSON"});
+  fs::remove(dir_ / "config.json");
+  expect_error([&] { open_model_file(dir()); }, {"has no config.json"});
+}
+
+TEST_F(HfDirEdit, SafetensorsHeaderThatLiesAboutOffsetsIsNamed) {
+  std::fstream f(dir_ / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  // The last tensor's end offset 2624000 -> 9624000 (same length: the header stays in place).
+  const size_t at = header.find("2624000]");
+  ASSERT_NE(at, std::string::npos);
+  header[at] = '9';
+  f.seekp(8);
+  f.write(header.data(), static_cast<std::streamsize>(n));
+  f.close();
+  expect_error([&] { open_model_file(dir()); }, {"model.safetensors", "model.norm.weight", "data_offsets"});
+}
+
+TEST_F(HfDirEdit, TruncatedSafetensorsIsNamed) {
+  fs::resize_file(dir_ / "model.safetensors", 1000);
+  expect_error([&] { open_model_file(dir()); }, {"model.safetensors", "runs past the end"});
+}
+
+TEST_F(HfDirEdit, ShardedWeightsLoadAsOne) {
+  // Split model.safetensors into two shards (layer 0 + embeddings, the rest) with an index.
+  auto whole = SafetensorsFile::open(dir() + "/model.safetensors");
+  json index = {{"metadata", {{"total_size", 2624000}}}, {"weight_map", json::object()}};
+  for (int shard = 0; shard < 2; ++shard) {
+    const std::string name = "model-0000" + std::to_string(shard + 1) + "-of-00002.safetensors";
+    json header = json::object();
+    std::string data;
+    for (const SafetensorsTensor& t : whole->tensors()) {
+      const bool first = t.name.find("layers.0.") != std::string::npos || t.name == "lm_head.weight";
+      if (first != (shard == 0)) continue;
+      header[t.name] = {
+          {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + (t.end - t.begin)}}};
+      data.append(reinterpret_cast<const char*>(t.data), t.end - t.begin);
+      index["weight_map"][t.name] = name;
+    }
+    if (shard == 0) header["__metadata__"] = {{"model.embed_tokens.weight", "lm_head.weight"}};
+    std::string h = header.dump();
+    h.append((8 - h.size() % 8) % 8, ' ');
+    const uint64_t n = h.size();
+    std::ofstream out(dir_ / name, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << h << data;
+  }
+  fs::remove(dir_ / "model.safetensors");
+  write("model.safetensors.index.json", index);
+  auto sharded = open_model_file(dir());
+  auto single = open_model_file(hf_dir());
+  ASSERT_EQ(sharded->tensors().size(), single->tensors().size());
+  for (const GgufTensorInfo& t : single->tensors()) {
+    const GgufTensorInfo* s = sharded->find_tensor(t.name);
+    ASSERT_NE(s, nullptr) << t.name;
+    ASSERT_EQ(s->size_bytes, t.size_bytes);
+    EXPECT_EQ(std::memcmp(s->data, t.data, t.size_bytes), 0) << t.name;
+  }
+  index["weight_map"]["model.norm.weight"] = "../model.safetensors";
+  write("model.safetensors.index.json", index);
+  expect_error([&] { open_model_file(dir()); }, {"model.safetensors.index.json", "weight_map.model.norm.weight"});
+}
+
+TEST_F(HfDirEdit, UnsupportedTokenizerIsNamed) {
+  json t = read("tokenizer.json");
+  t["model"]["type"] = "Unigram";
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "model.type", "Unigram"});
+  t["model"]["type"] = "BPE";
+  t["normalizer"] = nullptr;
+  t["pre_tokenizer"] = {{"type", "Whitespace"}};
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "pre_tokenizer"});
+}
+
+TEST_F(HfDirEdit, Llama3RopeScalingBecomesRopeFreqs) {
+  json c = read("config.json");
+  c["rope_theta"] = 500000.0;
+  c["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 32.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  write("config.json", c);
+  auto f = open_model_file(dir());
+  const GgufTensorInfo& t = f->tensor("rope_freqs.weight");
+  ASSERT_EQ(t.ne, std::vector<int64_t>{8});  // head_dim 16 / 2
+  const auto* r = reinterpret_cast<const float*>(t.data);
+  // Wavelength 2 pi theta^(2i/16): pair 0 (6.28 positions) is below 8192/4 and unscaled; pair 7
+  // (2 pi 500000^(14/16) ~ 6.7e5 positions) is beyond 8192 and divided by the full factor; pair
+  // 4 (2 pi 500000^(1/2) ~ 4443) lies between and is smoothed.
+  EXPECT_EQ(r[0], 1.0f);
+  EXPECT_EQ(r[7], 32.0f);
+  const double wavelen = 2 * M_PI * std::sqrt(500000.0), smooth = (8192 / wavelen - 1) / 3;
+  EXPECT_NEAR(r[4], 1 / ((1 - smooth) / 32 + smooth), 1e-5);
+}
+
+}  // namespace
+}  // namespace pagellm
