@@ -17,7 +17,7 @@ using Json = nlohmann::json;
 using Metadata = std::vector<std::pair<std::string, GgufValue>>;
 
 // One parsed JSON file and its path (for messages).
-struct JsonFile {
+struct JsonFile {  // NOLINT(bugprone-exception-escape): the implicit moves do not throw (std::string, nlohmann::json)
   std::string path;
   Json json;  // null when the file is absent and optional
 
