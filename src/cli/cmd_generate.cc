@@ -94,7 +94,8 @@ int run_generate(const GenerateArgs& a) {
 
 Handler add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  app.add_option("-m,--model", a->model, "GGUF model file or Hugging Face directory (default: models/stories260K-f32.gguf)");
+  app.add_option("-m,--model", a->model,
+                 "GGUF model file or Hugging Face directory (default: models/stories260K-f32.gguf)");
   app.add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   app.add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate (clamped to the context)")
       ->check(CLI::NonNegativeNumber);

@@ -13,7 +13,8 @@ Handler add_serve(CLI::App& app) {
   auto kv_dtype = std::make_shared<std::string>("f32");
   auto kv_cache_memory = std::make_shared<std::string>();
   EngineConfig& e = o->engine;
-  app.add_option("-m,--model", e.model_path, "GGUF model file or Hugging Face directory (default: the bundled stories260K)");
+  app.add_option("-m,--model", e.model_path,
+                 "GGUF model file or Hugging Face directory (default: the bundled stories260K)");
   app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port, printed at start-up)")->capture_default_str();
   app.add_option("--threads", e.num_threads,

@@ -15,7 +15,8 @@ Handler add_tokenize(CLI::App& app) {
     bool no_bos = false, parse_special = false;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("-m,--model", a->model, "GGUF model or vocab file, or Hugging Face directory (default: models/stories260K-f32.gguf)");
+  app.add_option("-m,--model", a->model,
+                 "GGUF model or vocab file, or Hugging Face directory (default: models/stories260K-f32.gguf)");
   app.add_flag("--no-bos", a->no_bos, "Do not add BOS/EOS special tokens");
   app.add_flag("--parse-special", a->parse_special, "Turn special-token text (e.g. <s>) into control tokens");
   app.add_option("text", a->text, "Text to tokenize (use -- before text that begins with '-')")->required();
