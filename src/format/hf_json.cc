@@ -10,6 +10,24 @@ namespace pagellm::hf {
 
 constexpr int64_t kMaxJsonBytes = int64_t{512} << 20;
 
+namespace {
+
+bool shallow(const Json& v, int depth) {
+  if (!v.is_structured()) return true;
+  if (depth >= 8) return false;
+  for (const Json& x : v) {
+    if (!shallow(x, depth + 1)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string shown(const Json& v, size_t max_chars) {
+  if (!shallow(v, 0)) return std::string("an ") + v.type_name() + " nested more than 8 deep";
+  return v.dump().substr(0, max_chars);
+}
+
 void JsonFile::fail(const std::string& field, const std::string& what) const {
   throw Error("'" + path + "': field '" + field + "' " + what);
 }
@@ -28,13 +46,13 @@ std::optional<int64_t> JsonFile::integer_opt(const std::string& field, int64_t l
     const auto x = static_cast<int64_t>(v->get<double>());
     if (x >= lo && x <= hi) return x;
   }
-  if (!v->is_number_integer()) fail(field, "must be an integer, got " + v->dump());
+  if (!v->is_number_integer()) fail(field, "must be an integer, got " + shown(*v));
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    fail(field, "= " + v->dump() + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    fail(field, "= " + shown(*v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   const auto x = v->get<int64_t>();
   if (x < lo || x > hi) {
-    fail(field, "= " + v->dump() + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    fail(field, "= " + shown(*v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   return x;
 }
@@ -48,21 +66,21 @@ int64_t JsonFile::integer(const std::string& field, int64_t lo, int64_t hi) cons
 std::optional<double> JsonFile::number_opt(const std::string& field) const {
   const Json* v = find(field);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_number()) fail(field, "must be a number, got " + v->dump());
+  if (!v->is_number()) fail(field, "must be a number, got " + shown(*v));
   return v->get<double>();
 }
 
 std::optional<bool> JsonFile::boolean_opt(const std::string& field) const {
   const Json* v = find(field);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_boolean()) fail(field, "must be true or false, got " + v->dump());
+  if (!v->is_boolean()) fail(field, "must be true or false, got " + shown(*v));
   return v->get<bool>();
 }
 
 std::optional<std::string> JsonFile::string_opt(const std::string& field) const {
   const Json* v = find(field);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_string()) fail(field, "must be a string, got " + v->dump().substr(0, 80));
+  if (!v->is_string()) fail(field, "must be a string, got " + shown(*v));
   return v->get<std::string>();
 }
 

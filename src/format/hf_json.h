@@ -34,6 +34,10 @@ struct JsonFile {  // NOLINT(bugprone-exception-escape): the implicit moves do n
   std::optional<std::string> string_opt(const std::string& field) const;
 };
 
+// `v` as JSON text for an error message, cut to `max_chars`. A value nested deeper than 8 levels
+// is named only by its type: dump() recurses, and a hostile file may nest a million levels.
+std::string shown(const Json& v, size_t max_chars = 80);
+
 // Reads and parses dir/name (at most 512 MiB). Throws pagellm::Error naming the file: absent
 // (when required), unreadable, or not a JSON object.
 JsonFile read_json(const std::string& dir, const std::string& name, bool required);

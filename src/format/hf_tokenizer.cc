@@ -110,7 +110,7 @@ Style detect_style(const JsonFile& tok) {
     tok.fail("pre_tokenizer",
              "is not a supported one (SentencePiece-style, or byte-level with the GPT-2, Llama 3, "
              "Qwen2 or SmolLM split): " +
-                 pre.dump().substr(0, 160));
+                 shown(pre, 160));
   }
   return st;
 }
@@ -132,7 +132,7 @@ std::vector<int64_t> id_list(const JsonFile& f, const char* field, int64_t n) {
   std::vector<int64_t> ids;
   for (const Json& x : v->is_array() ? *v : Json::array({*v})) {
     if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= n) {
-      f.fail(field, "must be token ids in [0, " + std::to_string(n) + "), got " + v->dump().substr(0, 80));
+      f.fail(field, "must be token ids in [0, " + std::to_string(n) + "), got " + shown(*v));
     }
     ids.push_back(x.get<int64_t>());
   }
@@ -184,7 +184,7 @@ void tokenizer_metadata(const std::string& dir, const JsonFile& config, const Js
   std::vector<int32_t> types(static_cast<size_t>(vocab_size), kUnused);
   auto place = [&](const std::string& text, const Json& id, int32_t token_type, const std::string& field) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
-      tok.fail(field, "id " + id.dump() + " of token '" + text.substr(0, 40) + "' is outside [0, vocab_size " +
+      tok.fail(field, "id " + shown(id) + " of token '" + text.substr(0, 40) + "' is outside [0, vocab_size " +
                           std::to_string(vocab_size) + " of config.json)");
     }
     tokens[id.get<size_t>()] = text;
@@ -217,7 +217,7 @@ void tokenizer_metadata(const std::string& dir, const JsonFile& config, const Js
       } else if (x.is_array() && x.size() == 2 && x[0].is_string() && x[1].is_string()) {
         merges.push_back(x[0].get<std::string>() + " " + x[1].get<std::string>());  // tokenizers >= 0.20
       } else {
-        tok.fail("model.merges", "entries must be \"a b\" or [\"a\", \"b\"], got " + x.dump().substr(0, 80));
+        tok.fail("model.merges", "entries must be \"a b\" or [\"a\", \"b\"], got " + shown(x));
       }
     }
   }

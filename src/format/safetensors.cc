@@ -98,7 +98,12 @@ void SafetensorsFile::parse_all(std::span<const uint8_t> bytes) {
     int64_t numel = 1;
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(kMaxDim)) {
-        fail(where + "'shape' entry " + d.dump() + " is not an integer in [0, 2^40]");
+        // A scalar is shown; a nested value only by its type (dump() recurses, and the header
+        // may nest a million levels deep).
+        std::string msg = where + "'shape' entry ";
+        msg += d.is_primitive() ? d.dump().substr(0, 80) : std::string("an ") + d.type_name();
+        msg += " is not an integer in [0, 2^40]";
+        fail(msg);
       }
       const auto x = d.get<int64_t>();
       if (x != 0 && numel > (int64_t{1} << 50) / x) fail(where + "'shape' has more than 2^50 elements");

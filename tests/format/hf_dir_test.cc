@@ -173,6 +173,18 @@ TEST_F(HfDirEdit, WrongConfigTypesAndValuesAreNamed) {
   expect_error([&] { open_model_file(dir()); }, {"has no config.json"});
 }
 
+// The message names the field without printing the value: dump() of a million-deep array would
+// overflow the stack.
+TEST_F(HfDirEdit, DeeplyNestedConfigValueIsNamedWithoutPrintingIt) {
+  json c = read("config.json");
+  c.erase("hidden_size");
+  std::string text = c.dump();
+  const size_t depth = 1000000;
+  text.insert(1, "\"hidden_size\": " + std::string(depth, '[') + std::string(depth, ']') + ", ");
+  std::ofstream(dir_ / "config.json") << text;
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "hidden_size", "an array nested more than 8 deep"});
+}
+
 TEST_F(HfDirEdit, SafetensorsHeaderThatLiesAboutOffsetsIsNamed) {
   std::fstream f(dir_ / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
   uint64_t n = 0;
