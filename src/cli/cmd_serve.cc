@@ -53,6 +53,11 @@ Handler add_serve(CLI::App& app) {
                  "Request bodies waiting for those threads (default: --max-waiting; at most 16 x --max-body-bytes "
                  "held); beyond it requests get 429")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--generation-config", o->generation_config,
+                 "auto: sampling fields a request leaves out take the model's defaults (generation_config.json, "
+                 "GGUF general.sampling.*); vllm: the OpenAI defaults (temperature 1, nothing else)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "vllm"}));
   app.add_option("--allowed-origins", o->allowed_origins,
                  "Origins (scheme://host[:port], or *) whose web pages may call the API (CORS); default: none")
       ->delimiter(',');

@@ -21,11 +21,12 @@ namespace pagellm {
 
 // The facts about the served model that a frontend needs, fixed for the client's lifetime.
 struct ModelFacts {
-  std::string model_name;     // GGUF general.name, or the file name without ".gguf"
-  int32_t vocab_size = 0;     // token ids are in [0, vocab_size)
-  int64_t max_model_len = 0;  // longest prompt + generation of one request, tokens (the
-                              // context length, or the whole KV pool when that is smaller)
-  std::string chat_template;  // GGUF tokenizer.chat_template (Jinja source), "" when absent
+  std::string model_name;           // GGUF general.name, or the file name without ".gguf"
+  int32_t vocab_size = 0;           // token ids are in [0, vocab_size)
+  int64_t max_model_len = 0;        // longest prompt + generation of one request, tokens (the
+                                    // context length, or the whole KV pool when that is smaller)
+  std::string chat_template;        // GGUF tokenizer.chat_template (Jinja source), "" when absent
+  SamplingParams default_sampling;  // the model's general.sampling.* (engine/generation_defaults.h)
 };
 
 class EngineClient {

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "engine/generation_defaults.h"
+
 namespace pagellm {
 
 InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm) : engine_(std::move(llm)) {
@@ -13,6 +15,7 @@ InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm) : engine_
   facts_.vocab_size = m.tokenizer().vocab_size();
   facts_.max_model_len = engine_.max_model_len();
   facts_.chat_template = m.file().get_string_opt("tokenizer.chat_template").value_or("");
+  facts_.default_sampling = generation_defaults(m.file());
 }
 
 }  // namespace pagellm

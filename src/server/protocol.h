@@ -44,6 +44,7 @@ struct ModelInfo {
   std::string served_model_name;                                // the only accepted `model` value
   int32_t max_model_len = 0;                                    // context length, tokens (prompt + generated)
   int32_t max_sequences_per_request = kMaxSequencesPerRequest;  // prompts x best_of (serve --max-n)
+  SamplingParams default_sampling;  // what a request's omitted sampling fields take (serve --generation-config)
 };
 
 enum class Endpoint { kCompletions, kChat };

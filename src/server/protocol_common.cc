@@ -64,8 +64,8 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Fields& f, int32_t
   return bias;
 }
 
-SamplingParams parse_sampling(const Fields& f, int32_t vocab_size) {
-  SamplingParams s;
+SamplingParams parse_sampling(const Fields& f, int32_t vocab_size, const SamplingParams& defaults) {
+  SamplingParams s = defaults;
   if (auto t = f.number("temperature", 0.0, kInf)) {
     if (*t > std::numeric_limits<float>::max()) {  // it would become inf as a float
       throw bad_request("'temperature' must be at most 3.4e38 (the largest float), got " + brief(*f.get("temperature")),
@@ -119,7 +119,7 @@ void check_model(const Fields& f, const ModelInfo& model) {
 CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool chat) {
   const int32_t vocab_size = model.tokenizer->vocab_size();
   CommonParams p;
-  p.sampling = parse_sampling(f, vocab_size);
+  p.sampling = parse_sampling(f, vocab_size, model.default_sampling);
   constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
   p.max_tokens = f.integer("max_tokens", 1, kMaxInt32);
   if (chat) {

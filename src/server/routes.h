@@ -39,6 +39,7 @@ struct RoutesOptions {
   std::string listen_host = "127.0.0.1";                        // --host
   std::vector<std::string> allowed_origins;                     // --allowed-origins: "scheme://host[:port]" or "*"
   int32_t max_sequences_per_request = kMaxSequencesPerRequest;  // --max-n
+  bool model_generation_config = true;  // --generation-config auto: the model's general.sampling.* defaults
 };
 
 class Routes {

@@ -102,6 +102,14 @@ void raise_fd_limit() {
   }
 }
 
+// "temperature=0.6 top_p=0.9 ..." for the start-up log.
+std::string describe(const SamplingParams& s) {
+  char b[160];
+  std::snprintf(b, sizeof b, "temperature=%g top_k=%d top_p=%g min_p=%g repetition_penalty=%g", s.temperature,
+                static_cast<int>(s.top_k), s.top_p, s.min_p, s.repetition_penalty);
+  return b;
+}
+
 std::unique_ptr<LLM> load_model(const ServeOptions& o) {
   log("loading model '" + o.engine.model_path + "'");
   auto llm = std::make_unique<LLM>(o.engine);  // opens the file once; plan_kv_cache sizes the pool
@@ -209,6 +217,8 @@ int run_serve(const ServeOptions& o) {
   ro.listen_host = o.host;
   ro.allowed_origins = o.allowed_origins;
   ro.max_sequences_per_request = std::min(o.max_n, ec.max_waiting);
+  ro.model_generation_config = o.generation_config == "auto";
+  if (ro.model_generation_config) log("sampling defaults: " + describe(engine.model_facts().default_sampling));
   Routes routes(engine, engine.tokenizer(), metrics, work, ro);
   http.io_threads = o.io_threads;
   http.idle_timeout_seconds = o.timeout_seconds;

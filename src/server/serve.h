@@ -40,6 +40,9 @@ struct ServeOptions {
   std::string served_model_name;             // "" : the model file name without ".gguf"
   int64_t max_body_bytes = 0;                // 0: default_max_body_bytes(max_model_len)
   std::vector<std::string> allowed_origins;  // CORS: origins whose pages may call the API ("*": any)
+  // --generation-config: "auto" (the model's general.sampling.* fill a request's omitted sampling
+  // fields, as vLLM's default) or "vllm" (the OpenAI defaults: temperature 1, no top_k/top_p/min_p).
+  std::string generation_config = "auto";
   double drain_timeout_seconds = 30;
   double timeout_seconds = 60;  // --timeout: HttpServer::Options::idle_timeout_seconds
 };

@@ -482,6 +482,40 @@ TEST_F(ProtocolTest, CompletionDefaultsAndMapping) {
   EXPECT_FALSE(p.stream);
 }
 
+// serve --generation-config auto: the model's defaults fill what a request leaves out, and any
+// field the request sets wins (vLLM's behaviour).
+TEST_F(ProtocolTest, ModelSamplingDefaultsFillOmittedFieldsOnly) {
+  ModelInfo m = model();
+  m.default_sampling.temperature = 0.6f;
+  m.default_sampling.top_p = 0.9f;
+  m.default_sampling.top_k = 20;
+  m.default_sampling.repetition_penalty = 1.1f;
+  auto parse = [&](const std::string& body) {
+    return parse_completion_request(nlohmann::json::parse(body), m, "cmpl-x", 1700000000).requests.at(0).sampling;
+  };
+  const SamplingParams d = parse(R"({"prompt": "x"})");
+  EXPECT_FLOAT_EQ(d.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(d.top_p, 0.9f);
+  EXPECT_EQ(d.top_k, 20);
+  EXPECT_FLOAT_EQ(d.repetition_penalty, 1.1f);
+  EXPECT_EQ(d.min_p, 0.0f);
+  const SamplingParams o = parse(R"({"prompt": "x", "temperature": 0, "top_k": -1, "top_p": 1})");
+  EXPECT_EQ(o.temperature, 0.0f);
+  EXPECT_EQ(o.top_k, -1);
+  EXPECT_EQ(o.top_p, 1.0f);
+  EXPECT_FLOAT_EQ(o.repetition_penalty, 1.1f);
+  const SamplingParams c =
+      parse_chat_request(nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"), m, "chatcmpl-x",
+                         1700000000)
+          .requests.at(0)
+          .sampling;
+  EXPECT_FLOAT_EQ(c.temperature, 0.6f);
+  // Without model defaults (--generation-config vllm) the OpenAI defaults apply.
+  const SamplingParams plain = completion(R"({"prompt": "x"})").requests.at(0).sampling;
+  EXPECT_EQ(plain.temperature, 1.0f);
+  EXPECT_EQ(plain.top_k, 0);
+}
+
 TEST_F(ProtocolTest, PromptFormsAndFanOut) {
   // Two string prompts x n=2: choice index = prompt * n + j, seed + j per choice of a prompt.
   GenerationPlan p = completion(R"({"prompt": ["a b", "c"], "n": 2, "seed": 7, "max_tokens": 3})");

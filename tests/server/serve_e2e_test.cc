@@ -6,12 +6,14 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "nan_model.h"
 #include "server/sse.h"
 #include "server_process.h"
+#include "test_util.h"
 
 namespace pagellm::test {
 namespace {
@@ -508,6 +510,41 @@ TEST(ServeE2E, HeldBackStopPrefixIsReturnedAtTheEnd) {
     }
   }
   EXPECT_EQ(server.stop(), 0);
+}
+
+// A Hugging Face directory whose generation_config.json says temperature 0: requests that leave
+// temperature out are greedy (the same text for any seed, equal to an explicit temperature 0);
+// with --generation-config vllm they sample at temperature 1.
+TEST(ServeE2E, GenerationConfigSuppliesTheDefaultSampling) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pagellm-genconfig-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(testdata("tinystories-656k/hf")))
+    fs::copy_file(e.path(), dir / e.path().filename());
+  fs::permissions(dir / "generation_config.json", fs::perms::owner_write, fs::perm_options::add);
+  std::ofstream(dir / "generation_config.json") << R"({"bos_token_id": 1, "eos_token_id": 2, "temperature": 0.0})";
+  auto text = [](const ServerProcess& server, const json& extra) {
+    json req = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"ignore_eos", true}};
+    req.update(extra);
+    const HttpResult r = http(server.port(), "POST", "/v1/completions", req.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? json::parse(r.body)["choices"][0]["text"].get<std::string>() : std::string();
+  };
+  {
+    ServerProcess server({}, dir.string());
+    const std::string greedy = text(server, {{"temperature", 0}});
+    EXPECT_FALSE(greedy.empty());
+    EXPECT_EQ(text(server, {{"seed", 1}}), greedy);
+    EXPECT_EQ(text(server, {{"seed", 2}}), greedy);
+    EXPECT_EQ(server.stop(), 0);
+  }
+  {
+    ServerProcess server({"--generation-config", "vllm"}, dir.string());
+    EXPECT_NE(text(server, {{"seed", 1}}), text(server, {{"seed", 2}}));
+    EXPECT_EQ(server.stop(), 0);
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
