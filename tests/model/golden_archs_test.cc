@@ -2,7 +2,7 @@
 // (../shared/testdata/archs/golden.json, README in ../shared/testdata/kquant): one random-weight
 // 2-layer model per architecture (llama with Llama 3.x rope_freqs, qwen2, qwen3, gemma3, phi3), F32,
 // 4 token-id prompts used verbatim, 64 greedy steps, with the tolerance rule of golden_check.h.
-// (The *-q4_k_m.gguf files need the K-quant kernels; they are not tested here yet.)
+// The *-q4_k_m.gguf files: the same prompts with the quantized tolerance and teacher forcing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,6 +70,43 @@ TEST_P(GoldenArchs, F32AgreesWithLlamaCpp) {
   std::printf("[ golden ] archs %s (%s): %d/256 leading greedy ids agree (%d required), max |dlogit| %.3g (tol %.3g)\n",
               key.c_str(), kernels::isa_name(kernels::default_isa()), total_agree, total_required, max_dlogit,
               arch.tol);
+}
+
+// The Q4_K_M files (llama-quantize's mix: Q4_K with Q6_K for some matrices): greedy agreement
+// with tol 0.5, then teacher forcing on llama.cpp's ids (golden_check.h), the rule and tolerance
+// of golden_kquant_test.cc's quantized files, for the same reason (one activation quant that
+// crosses a rounding boundary moves a logit by a full step, and flips cascade).
+TEST_P(GoldenArchs, Q4KMAgreesWithLlamaCpp) {
+  constexpr double kTol = 0.5;
+  const Arch& arch = GetParam();
+  std::ifstream gf(test::testdata("archs/golden.json"));
+  const json golden = json::parse(gf);
+  std::string file_name = arch.file;
+  file_name.replace(file_name.find("-f32"), 4, "-q4_k_m");
+  auto file = GgufFile::open(test::testdata("archs/" + file_name));
+  ThreadPool pool(2);
+  LlamaModel model(*file, &pool);
+  const std::string key = std::string(arch.key) + "_q4_k_m";
+  int total_agree = 0, total_required = 0, forced_steps = 0, forced_argmax = 0;
+  double max_dlogit = 0, max_forced_gap = 0;
+  for (const json& p : golden["prompts"]) {
+    SCOPED_TRACE("prompt " + p["id"].dump());
+    const auto prompt = p["prompt_token_ids"].get<std::vector<int32_t>>();
+    const json& res = p["results"][key];
+    const test::Agreement a = test::check_against_golden(test::run_greedy(model, prompt, 64, 512), res, kTol);
+    total_agree += a.agreed;
+    total_required += a.required;
+    max_dlogit = std::max(max_dlogit, a.max_dlogit);
+    const test::Forced f = test::teacher_force(model, prompt, res, kTol);
+    forced_steps += f.steps;
+    forced_argmax += f.argmax_agree;
+    max_forced_gap = std::max(max_forced_gap, f.max_gap);
+  }
+  std::printf(
+      "[ golden ] archs %s (%s): %d/256 leading greedy ids agree (%d required), max |dlogit| %.3g; forced: argmax "
+      "%d/%d, max gap %.3g\n",
+      key.c_str(), kernels::isa_name(kernels::default_isa()), total_agree, total_required, max_dlogit, forced_argmax,
+      forced_steps, max_forced_gap);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GoldenArchs,

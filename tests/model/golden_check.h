@@ -85,4 +85,36 @@ inline Agreement check_against_golden(const GreedyRun& run, const nlohmann::json
   return a;
 }
 
+struct Forced {
+  int steps = 0;         // steps whose golden margin is >= 2 tol
+  int argmax_agree = 0;  // of those, where our argmax is llama.cpp's token
+  double max_gap = 0;    // max over all steps of (our max logit - our logit of llama.cpp's token)
+};
+
+// Teacher forcing (the kquant README's suggestion): decodes prompt + llama.cpp's greedy ids; at
+// every step whose golden margin is >= 2 tol our argmax must be llama.cpp's token, and at every
+// step that token's logit must be within 2 tol of our maximum. So one early flip does not hide
+// the agreement of the rest of the run.
+inline Forced teacher_force(LlamaModel& model, const std::vector<int32_t>& prompt, const nlohmann::json& res,
+                            double tol) {
+  Forced f;
+  const auto want = res["greedy_token_ids"].get<std::vector<int32_t>>();
+  const auto margins = res["top1_top2_logit_margin"].get<std::vector<double>>();
+  ModelHarness h(model, 64, 16);
+  std::vector<float> logits = h.step({{"seq", prompt}})[0];
+  for (size_t k = 0; k < want.size(); ++k) {
+    const int32_t top = argmax(logits.data(), static_cast<int64_t>(logits.size()));
+    const double gap = logits[top] - logits[want[k]];
+    f.max_gap = std::max(f.max_gap, gap);
+    EXPECT_LE(gap, 2 * tol) << "forced step " << k;
+    if (margins[k] >= 2 * tol) {
+      ++f.steps;
+      f.argmax_agree += top == want[k];
+      EXPECT_EQ(top, want[k]) << "forced step " << k << " (golden margin " << margins[k] << ")";
+    }
+    if (k + 1 < want.size()) logits = h.step({{"seq", {want[k]}}})[0];
+  }
+  return f;
+}
+
 }  // namespace pagellm::test

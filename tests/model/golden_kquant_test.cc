@@ -95,23 +95,10 @@ TEST(GoldenKquant, EveryQuantTypeAgreesWithLlamaCpp) {
       total_agree += a.agreed;
       total_required += a.required;
       max_dlogit = std::max(max_dlogit, a.max_dlogit);
-      // Teacher forcing on llama.cpp's tokens.
-      const auto want = res["greedy_token_ids"].get<std::vector<int32_t>>();
-      const auto margins = res["top1_top2_logit_margin"].get<std::vector<double>>();
-      test::ModelHarness h(model, 64, 16);
-      std::vector<float> logits = h.step({{"seq", prompt}})[0];
-      for (size_t k = 0; k < want.size(); ++k) {
-        const int32_t top = test::argmax(logits.data(), static_cast<int64_t>(logits.size()));
-        const double gap = logits[top] - logits[want[k]];
-        max_forced_gap = std::max(max_forced_gap, gap);
-        EXPECT_LE(gap, 2 * kTol) << "forced step " << k;
-        if (margins[k] >= 2 * kTol) {
-          ++forced_steps;
-          forced_argmax += top == want[k];
-          EXPECT_EQ(top, want[k]) << "forced step " << k << " (golden margin " << margins[k] << ")";
-        }
-        if (k + 1 < want.size()) logits = h.step({{"seq", {want[k]}}})[0];
-      }
+      const test::Forced f = test::teacher_force(model, prompt, res, kTol);
+      forced_steps += f.steps;
+      forced_argmax += f.argmax_agree;
+      max_forced_gap = std::max(max_forced_gap, f.max_gap);
     }
     std::printf(
         "[ golden ] kquant %-10s (%s): %3d/384 leading greedy ids agree (%d required), max |dlogit| %.3g; "
