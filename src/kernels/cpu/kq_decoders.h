@@ -27,7 +27,8 @@ inline const uint8_t* field(const uint8_t* g, int o) { return g + 16 * o; }
 
 // Q4_K / Q5_K scale and min of sub-block s (ggml's get_scale_min_k4), one byte per row.
 template <class S>
-void scale_min_k4(const S& v, const uint8_t* sc12, int s, typename S::I& sc, typename S::I& mn) {
+__attribute__((always_inline)) inline void scale_min_k4(const S& v, const uint8_t* sc12, int s, typename S::I& sc,
+                                                        typename S::I& mn) {
   auto b = [&](int k) { return v.bytes(sc12 + 16 * k); };
   if (s < 4) {
     sc = v.u8_to_i32(v.and8(b(s), 63));
