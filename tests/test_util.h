@@ -1,8 +1,14 @@
-// Shared helpers for tests: where the golden data lives.
+// Shared helpers for tests: where the golden data lives, and reading files.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 namespace pagellm::test {
 
@@ -13,5 +19,27 @@ inline std::string testdata_dir() {
 }
 inline std::string testdata(const std::string& rel) { return testdata_dir() + "/" + rel; }
 inline std::string source_dir() { return PAGELLM_SOURCE_DIR; }
+
+// The whole file; empty when it cannot be read (callers assert on what they expect in it).
+inline std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The regular files of source_dir()/rel, sorted; none when the folder is absent.
+inline std::vector<std::filesystem::path> files_in(const std::string& rel) {
+  const std::filesystem::path dir = std::filesystem::path(source_dir()) / rel;
+  std::vector<std::filesystem::path> out;
+  if (!std::filesystem::is_directory(dir)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_regular_file()) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 }  // namespace pagellm::test

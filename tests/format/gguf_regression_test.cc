@@ -18,27 +18,15 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "test_util.h"
 
 namespace pagellm {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<fs::path> files_in(const std::string& rel) {
-  const fs::path dir = fs::path(PAGELLM_SOURCE_DIR) / rel;
-  std::vector<fs::path> out;
-  if (!fs::is_directory(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.is_regular_file()) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<uint8_t> slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
+using test::files_in;
+using test::read_bytes;
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -96,7 +84,7 @@ void exercise(const GgufFile& f) {
 enum class Outcome { kParsed, kError, kOther };
 
 Outcome replay(const fs::path& p, std::string* detail) {
-  const std::vector<uint8_t> bytes = slurp(p);
+  const std::vector<uint8_t> bytes = read_bytes(p);
   const auto start = std::chrono::steady_clock::now();
   Outcome out = Outcome::kOther;
   try {
@@ -149,7 +137,7 @@ TEST(GgufRegression, SeedCorpusParsesOrThrowsError) { replay_dir("tests/fuzz/cor
 // Every proper prefix of a valid file is either valid itself or rejected cleanly.
 TEST(GgufRegression, EveryTruncationOfTheTinyLlamaSeed) {
   const fs::path p = fs::path(PAGELLM_SOURCE_DIR) / "tests/fuzz/corpus/gguf/seed-tiny-llama.gguf";
-  const std::vector<uint8_t> bytes = slurp(p);
+  const std::vector<uint8_t> bytes = read_bytes(p);
   ASSERT_FALSE(bytes.empty());
   for (size_t n = 0; n < bytes.size(); ++n) {
     // A heap copy of exactly n bytes, so ASan sees any read past the end.

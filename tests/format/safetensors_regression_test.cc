@@ -17,27 +17,15 @@
 
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "test_util.h"
 
 namespace pagellm {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<fs::path> files_in(const std::string& rel) {
-  const fs::path dir = fs::path(PAGELLM_SOURCE_DIR) / rel;
-  std::vector<fs::path> out;
-  if (!fs::is_directory(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.is_regular_file()) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<uint8_t> slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
+using test::files_in;
+using test::read_bytes;
 
 enum class Outcome { kParsed, kError, kOther };
 
@@ -73,7 +61,7 @@ void replay_dir(const std::string& rel, size_t min_files) {
     SCOPED_TRACE(p.string());
     const std::string name = p.filename().string();
     std::string detail;
-    const Outcome o = replay(slurp(p), name, &detail);
+    const Outcome o = replay(read_bytes(p), name, &detail);
     ASSERT_NE(o, Outcome::kOther) << detail;
     if (name.rfind("bad-", 0) == 0) {
       EXPECT_EQ(o, Outcome::kError) << "accepted a malformed file";

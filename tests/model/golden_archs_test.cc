@@ -87,26 +87,16 @@ TEST_P(GoldenArchs, Q4KMAgreesWithLlamaCpp) {
   ThreadPool pool(2);
   LlamaModel model(*file, &pool);
   const std::string key = std::string(arch.key) + "_q4_k_m";
-  int total_agree = 0, total_required = 0, forced_steps = 0, forced_argmax = 0;
-  double max_dlogit = 0, max_forced_gap = 0;
+  test::QuantTotals t;
   for (const json& p : golden["prompts"]) {
     SCOPED_TRACE("prompt " + p["id"].dump());
-    const auto prompt = p["prompt_token_ids"].get<std::vector<int32_t>>();
-    const json& res = p["results"][key];
-    const test::Agreement a = test::check_against_golden(test::run_greedy(model, prompt, 64, 512), res, kTol);
-    total_agree += a.agreed;
-    total_required += a.required;
-    max_dlogit = std::max(max_dlogit, a.max_dlogit);
-    const test::Forced f = test::teacher_force(model, prompt, res, kTol);
-    forced_steps += f.steps;
-    forced_argmax += f.argmax_agree;
-    max_forced_gap = std::max(max_forced_gap, f.max_gap);
+    t.add(model, p["prompt_token_ids"].get<std::vector<int32_t>>(), p["results"][key], kTol);
   }
   std::printf(
       "[ golden ] archs %s (%s): %d/256 leading greedy ids agree (%d required), max |dlogit| %.3g; forced: argmax "
       "%d/%d, max gap %.3g\n",
-      key.c_str(), kernels::isa_name(kernels::default_isa()), total_agree, total_required, max_dlogit, forced_argmax,
-      forced_steps, max_forced_gap);
+      key.c_str(), kernels::isa_name(kernels::default_isa()), t.agreed, t.required, t.max_dlogit, t.forced_argmax,
+      t.forced_steps, t.max_forced_gap);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GoldenArchs,

@@ -117,4 +117,22 @@ inline Forced teacher_force(LlamaModel& model, const std::vector<int32_t>& promp
   return f;
 }
 
+// The quantized files' rule over several prompts: greedy agreement (check_against_golden), then
+// teacher forcing, with the totals printed by the golden tests.
+struct QuantTotals {
+  int agreed = 0, required = 0, forced_steps = 0, forced_argmax = 0;
+  double max_dlogit = 0, max_forced_gap = 0;
+
+  void add(LlamaModel& model, const std::vector<int32_t>& prompt, const nlohmann::json& res, double tol) {
+    const Agreement a = check_against_golden(run_greedy(model, prompt, 64, 512), res, tol);
+    agreed += a.agreed;
+    required += a.required;
+    max_dlogit = std::max(max_dlogit, a.max_dlogit);
+    const Forced f = teacher_force(model, prompt, res, tol);
+    forced_steps += f.steps;
+    forced_argmax += f.argmax_agree;
+    max_forced_gap = std::max(max_forced_gap, f.max_gap);
+  }
+};
+
 }  // namespace pagellm::test

@@ -30,8 +30,12 @@ class ProtocolTest : public ::testing::Test {
     delete file_;
   }
   ModelInfo model() const {
-    return ModelInfo{tok_, detect_chat_format(file_->get_string_opt("tokenizer.chat_template").value_or("")),
-                     "stories260K", 512};
+    ModelInfo m;
+    m.tokenizer = tok_;
+    m.chat_format = detect_chat_format(file_->get_string_opt("tokenizer.chat_template").value_or(""));
+    m.served_model_name = "stories260K";
+    m.max_model_len = 512;
+    return m;
   }
   GenerationPlan completion(const std::string& body) {
     return parse_completion_request(nlohmann::json::parse(body), model(), "cmpl-x", 1700000000);

@@ -16,6 +16,7 @@
 #include "format/hf_json.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab_cases.h"
 
 namespace pagellm {
 namespace {
@@ -43,14 +44,6 @@ TEST(HfTokenizer, TokenizesTheValidationSampleAsTheGgufVocabulary) {
   EXPECT_GT(n, 100);
   EXPECT_GT(tokens, 5000u);
   EXPECT_EQ(hf->encode(all.str(), true, true), gguf->encode(all.str(), true, true));
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // A byte-level tokenizer.json written from llama.cpp's GPT-2 vocabulary (vocab, merges, the
@@ -93,27 +86,14 @@ TEST(HfTokenizer, ByteLevelTokenizerJsonMatchesLlamaCppOnItsGoldenVectors) {
   auto hf_tok = Tokenizer::from_gguf(*file);
   auto gguf_tok = Tokenizer::from_gguf(*gguf);
 
-  const std::string raw = slurp(vocab + ".inp");
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> inputs;
-  for (size_t pos = 0; pos <= raw.size();) {
-    const size_t next = raw.find(sep, pos);
-    inputs.push_back(raw.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
-    if (next == std::string::npos) break;
-    pos = next + sep.size();
+  const std::vector<test::VocabCase> cases = test::read_vocab_cases(vocab);
+  ASSERT_EQ(cases.size(), 46u);
+  for (size_t n = 0; n < cases.size(); ++n) {
+    EXPECT_EQ(hf_tok->encode(cases[n].input, false, false), cases[n].expected)
+        << "case " << n << ": " << cases[n].input;
   }
-  std::istringstream out(slurp(vocab + ".out"));
-  std::string line;
-  size_t n = 0;
-  for (; std::getline(out, line) && n < inputs.size(); ++n) {
-    std::vector<int32_t> want;
-    std::istringstream ids(line);
-    for (int32_t id; ids >> id;) want.push_back(id);
-    EXPECT_EQ(hf_tok->encode(inputs[n], false, false), want) << "case " << n << ": " << inputs[n];
-  }
-  EXPECT_EQ(n, 46u);
   // And on real text, the same ids and text as the GGUF vocabulary, special tokens parsed.
-  const std::string text = slurp(test::testdata("tinystories/valid-sample.txt")) + "<|endoftext|>";
+  const std::string text = test::read_text(test::testdata("tinystories/valid-sample.txt")) + "<|endoftext|>";
   const auto a = hf_tok->encode(text, true, true);
   EXPECT_EQ(a, gguf_tok->encode(text, true, true));
   EXPECT_EQ(a.back(), 50256);

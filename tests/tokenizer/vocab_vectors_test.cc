@@ -10,50 +10,13 @@
 
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab_cases.h"
 
 namespace pagellm {
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct VocabCase {
-  std::string input;
-  std::vector<int32_t> expected;
-};
-
-// Same splitting as test-tokenizer-0: each test is followed by "\n__ggml_vocab_test__\n".
-std::vector<VocabCase> read_cases(const std::string& base) {
-  const std::string raw = read_file(base + ".inp");
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> inputs;
-  for (size_t pos = 0; pos < raw.size();) {
-    const size_t next = raw.find(sep, pos);
-    if (next == std::string::npos) {
-      inputs.push_back(raw.substr(pos));
-      break;
-    }
-    inputs.push_back(raw.substr(pos, next - pos));
-    pos = next + sep.size();
-  }
-  std::istringstream out(read_file(base + ".out"));
-  std::vector<VocabCase> cases;
-  std::string line;
-  for (size_t i = 0; std::getline(out, line); ++i) {
-    VocabCase c;
-    if (i < inputs.size()) c.input = inputs[i];
-    std::istringstream ids(line);
-    for (int32_t id; ids >> id;) c.expected.push_back(id);
-    cases.push_back(std::move(c));
-  }
-  EXPECT_EQ(inputs.size(), cases.size()) << base;
-  return cases;
-}
+using test::read_vocab_cases;
+using test::VocabCase;
 
 std::string vocab_path(const std::string& name) {
   return std::string(PAGELLM_TESTDATA_DIR) + "/vocab/ggml-vocab-" + name + ".gguf";
@@ -75,7 +38,7 @@ TEST_P(VocabVectors, MatchesLlamaCpp) {
   const std::string path = vocab_path(GetParam());
   auto gguf = GgufFile::open(path);
   auto tok = Tokenizer::from_gguf(*gguf);
-  const auto cases = read_cases(path);
+  const auto cases = read_vocab_cases(path);
   ASSERT_EQ(cases.size(), 46u);
   int passed = 0;
   for (const VocabCase& c : cases) {
