@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numbers>
 #include <set>
@@ -356,7 +357,9 @@ class Loader {
   void sampling_defaults() {
     if (!generation_.present()) return;
     if (auto t = generation_.number_opt("temperature")) {
-      if (*t < 0) generation_.fail("temperature", "must be >= 0");
+      if (!(*t >= 0) || *t > std::numeric_limits<float>::max()) {
+        generation_.fail("temperature", "must be in [0, 3.4e38]");
+      }
       put("general.sampling.temp", GgufValue::f32(static_cast<float>(*t)));
     }
     if (auto p = generation_.number_opt("top_p")) {
@@ -371,7 +374,7 @@ class Loader {
       put("general.sampling.min_p", GgufValue::f32(static_cast<float>(*p)));
     }
     if (auto r = generation_.number_opt("repetition_penalty")) {
-      if (!(*r > 0)) generation_.fail("repetition_penalty", "must be positive");
+      if (!(*r >= 0.01 && *r <= 100)) generation_.fail("repetition_penalty", "must be in [0.01, 100]");
       put("general.sampling.penalty_repeat", GgufValue::f32(static_cast<float>(*r)));
     }
   }
@@ -393,7 +396,15 @@ class Loader {
 
 }  // namespace
 
-std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir) { return Loader(dir).load(); }
+std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir) {
+  try {
+    return Loader(dir).load();
+  } catch (const Json::exception& e) {
+    // A field of the wrong type read through Json::value() (e.g. "special": "yes"): still an
+    // error naming the directory, never a foreign exception.
+    throw Error("Hugging Face directory '" + dir + "': a JSON field has the wrong type: " + e.what());
+  }
+}
 
 std::unique_ptr<GgufFile> open_model_file(const std::string& path) {
   return is_dir(path) ? open_hf_directory(path) : GgufFile::open(path);

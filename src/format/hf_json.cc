@@ -1,6 +1,8 @@
 #include "format/hf_json.h"
 
 #include <sys/stat.h>
+
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -9,6 +11,23 @@
 namespace pagellm::hf {
 
 constexpr int64_t kMaxJsonBytes = int64_t{512} << 20;
+// Deepest nesting a file may have. Hugging Face's files nest at most ~6 levels; nlohmann's copy
+// constructor and dump() recurse once per level, so a hostile file nested a million levels deep
+// would overflow the stack wherever the loader copies or prints a value.
+constexpr int kMaxJsonDepth = 64;
+
+// Whether `root` nests deeper than kMaxJsonDepth, without recursion.
+bool too_deep(const Json& root) {
+  std::vector<std::pair<const Json*, int>> stack = {{&root, 0}};
+  while (!stack.empty()) {
+    const auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth >= kMaxJsonDepth) return true;
+    for (const Json& x : *v) stack.emplace_back(&x, depth + 1);
+  }
+  return false;
+}
 
 namespace {
 
@@ -41,10 +60,16 @@ const Json* JsonFile::find(const std::string& field) const {
 std::optional<int64_t> JsonFile::integer_opt(const std::string& field, int64_t lo, int64_t hi) const {
   const Json* v = find(field);
   if (v == nullptr) return std::nullopt;
-  // 2.0 is accepted as 2, as Python's json would compare it.
-  if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
-    const auto x = static_cast<int64_t>(v->get<double>());
-    if (x >= lo && x <= hi) return x;
+  // 2.0 is accepted as 2, as Python's json would compare it (checked in range before the cast:
+  // converting 1e300 to int64 is undefined).
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (std::isfinite(d) && std::trunc(d) == d) {
+      if (d < static_cast<double>(lo) || d > static_cast<double>(hi)) {
+        fail(field, "= " + shown(*v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      }
+      return static_cast<int64_t>(d);
+    }
   }
   if (!v->is_number_integer()) fail(field, "must be an integer, got " + shown(*v));
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
@@ -84,26 +109,36 @@ std::optional<std::string> JsonFile::string_opt(const std::string& field) const 
   return v->get<std::string>();
 }
 
+std::optional<std::string> read_text_file(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  if (!S_ISREG(st.st_mode)) throw Error("'" + path + "' is not a regular file");
+  if (st.st_size > kMaxJsonBytes) throw Error("'" + path + "' is larger than 512 MiB");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 JsonFile read_json(const std::string& dir, const std::string& name, bool required) {
   JsonFile f;
   f.path = dir + "/" + name;
-  struct stat st {};
-  if (::stat(f.path.c_str(), &st) != 0) {
+  const std::optional<std::string> text = read_text_file(dir, name);
+  if (!text) {
     if (!required) return f;
     throw Error("Hugging Face directory '" + dir + "' has no " + name);
   }
-  if (!S_ISREG(st.st_mode)) throw Error("'" + f.path + "' is not a regular file");
-  if (st.st_size > kMaxJsonBytes) throw Error("'" + f.path + "' is larger than 512 MiB");
-  std::ifstream in(f.path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + f.path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
   try {
-    f.json = Json::parse(text.str());
+    f.json = Json::parse(*text);
   } catch (const Json::exception& e) {
     throw Error("'" + f.path + "' is not valid JSON: " + e.what());
   }
   if (!f.json.is_object()) throw Error("'" + f.path + "' is not a JSON object");
+  if (too_deep(f.json)) {
+    throw Error("'" + f.path + "' nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   return f;
 }
 

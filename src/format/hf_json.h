@@ -38,8 +38,12 @@ struct JsonFile {  // NOLINT(bugprone-exception-escape): the implicit moves do n
 // is named only by its type: dump() recurses, and a hostile file may nest a million levels.
 std::string shown(const Json& v, size_t max_chars = 80);
 
+// Reads dir/name as text (at most 512 MiB, a regular file); nullopt when absent. Throws
+// pagellm::Error naming the file when it is not a regular file, too large or unreadable.
+std::optional<std::string> read_text_file(const std::string& dir, const std::string& name);
+
 // Reads and parses dir/name (at most 512 MiB). Throws pagellm::Error naming the file: absent
-// (when required), unreadable, or not a JSON object.
+// (when required), unreadable, not a JSON object, or nested deeper than 64 levels.
 JsonFile read_json(const std::string& dir, const std::string& name, bool required);
 
 // The tokenizer.* metadata of tokenizer.json + tokenizer_config.json (+ the special token ids

@@ -151,11 +151,8 @@ std::string chat_template(const std::string& dir, const JsonFile& tc) {
     }
     tc.fail("chat_template", "must be a string or a list holding a \"default\" template");
   }
-  std::ifstream in(dir + "/chat_template.jinja", std::ios::binary);  // transformers >= 4.43 writes it apart
-  if (!in) return "";
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  // transformers >= 4.43 writes it apart.
+  return read_text_file(dir, "chat_template.jinja").value_or("");
 }
 
 GgufValue str_array(std::vector<std::string> v) {

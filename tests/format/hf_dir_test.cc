@@ -173,16 +173,48 @@ TEST_F(HfDirEdit, WrongConfigTypesAndValuesAreNamed) {
   expect_error([&] { open_model_file(dir()); }, {"has no config.json"});
 }
 
-// The message names the field without printing the value: dump() of a million-deep array would
-// overflow the stack.
-TEST_F(HfDirEdit, DeeplyNestedConfigValueIsNamedWithoutPrintingIt) {
+// Nesting: nlohmann's copy constructor and dump() recurse once per level, so a file nested a
+// million levels deep is refused at parse time, naming the file; a value nested 20 deep is named
+// in the error without being printed.
+TEST_F(HfDirEdit, DeeplyNestedJsonIsRefusedNamingTheFile) {
   json c = read("config.json");
   c.erase("hidden_size");
-  std::string text = c.dump();
-  const size_t depth = 1000000;
-  text.insert(1, "\"hidden_size\": " + std::string(depth, '[') + std::string(depth, ']') + ", ");
-  std::ofstream(dir_ / "config.json") << text;
+  const std::string base = c.dump();
+  auto with_hidden_size = [&](size_t depth) {
+    std::string text = base;
+    text.insert(1, "\"hidden_size\": " + std::string(depth, '[') + std::string(depth, ']') + ", ");
+    std::ofstream(dir_ / "config.json") << text;
+  };
+  with_hidden_size(1000000);
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "nests deeper than 64 levels"});
+  with_hidden_size(20);
   expect_error([&] { open_model_file(dir()); }, {"config.json", "hidden_size", "an array nested more than 8 deep"});
+  c["hidden_size"] = 128;  // valid again
+  write("config.json", c);
+  // A million-deep value inside tokenizer.json's normalizer (copied by the loader).
+  json t = read("tokenizer.json");
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string text = t.dump();
+  text.insert(1, "\"extra\": " + deep + ", ");
+  std::ofstream(dir_ / "tokenizer.json") << text;
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "nests deeper than 64 levels"});
+}
+
+// Values of the wrong type read with a default, and numbers too big for an integer, are errors
+// naming the directory or file, never another exception or undefined behaviour.
+TEST_F(HfDirEdit, MistypedTokenizerFieldsAndHugeNumbersAreErrors) {
+  json c = read("config.json");
+  c["hidden_size"] = 1e300;
+  write("config.json", c);
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "hidden_size", "out of range"});
+  c["hidden_size"] = 128.0;  // an integral float is the integer
+  write("config.json", c);
+  EXPECT_NO_THROW(open_model_file(dir()));
+  json t = read("tokenizer.json");
+  ASSERT_FALSE(t["added_tokens"].empty());
+  t["added_tokens"][0]["special"] = "yes";
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"Hugging Face directory", "wrong type"});
 }
 
 TEST_F(HfDirEdit, SafetensorsHeaderThatLiesAboutOffsetsIsNamed) {
