@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "engine/engine_config.h"
 #include "format/hf_dir.h"
+#include "kv/kv_cache_layout.h"
 #include "model/llama_config.h"
 
 namespace pagellm::cli {
@@ -74,8 +75,17 @@ int run_info(const std::string& path) {
         static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
         static_cast<long long>(c.head_dim), static_cast<long long>(c.intermediate_size),
         static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_position_embeddings));
-    std::printf("KV bytes per token: %lld (f32), %lld (f16); full context: %.2f MiB (f32)\n",
-                static_cast<long long>(f32), static_cast<long long>(f16), f32 * c.max_position_embeddings / 1048576.0);
+    const KvCacheLayout layout = kv_cache_shape(c, GgmlType::F32).layout();
+    const int64_t context_blocks =
+        max_blocks_per_request(layout.group_sliding_window, generate_defaults.block_size, c.max_position_embeddings,
+                               generate_defaults.max_num_batched_tokens);
+    if (layout.num_groups() > 1) {
+      std::printf("KV cache groups: %d of %d layers each (full attention and sliding window %lld)\n",
+                  layout.num_groups(), layout.num_lanes, static_cast<long long>(c.sliding_window));
+    }
+    std::printf("KV bytes per block slot: %lld (f32), %lld (f16); full context: %.2f MiB (f32)\n",
+                static_cast<long long>(f32), static_cast<long long>(f16),
+                static_cast<double>(f32 * context_blocks * generate_defaults.block_size) / 1048576.0);
     std::printf("default KV pool (f32, %d-token blocks): generate/bench %d blocks, serve %d blocks\n",
                 generate_defaults.block_size, plan_kv_cache(generate_defaults, c), plan_kv_cache(serve_defaults, c));
   }

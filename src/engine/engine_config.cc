@@ -5,17 +5,13 @@
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_cache_layout.h"
 
 namespace pagellm {
 namespace {
 
 [[noreturn]] void bad(const std::string& flag, const std::string& want, int64_t got) {
   throw Error(flag + " must be " + want + ", got " + std::to_string(got));
-}
-
-KvCacheShape kv_shape(const LlamaConfig& m, GgmlType dtype) {
-  return KvCacheShape{static_cast<int32_t>(m.num_hidden_layers), static_cast<int32_t>(m.num_key_value_heads),
-                      static_cast<int32_t>(m.head_dim), dtype};
 }
 
 }  // namespace
@@ -46,18 +42,22 @@ GgmlType parse_kv_dtype(const std::string& text) {
 }
 
 int64_t kv_bytes_per_token(const LlamaConfig& model, GgmlType dtype) {
-  return kv_shape(model, dtype).bytes_per_token();
+  return kv_cache_shape(model, dtype).bytes_per_token();
 }
 
 int32_t plan_kv_cache(const EngineConfig& c, const LlamaConfig& model) {
   c.validate();
   const int64_t block_bytes = kv_bytes_per_token(model, c.kv_dtype) * c.block_size;
-  const int64_t context_blocks = (model.max_position_embeddings + c.block_size - 1) / c.block_size;
+  // Blocks one full-length request holds (more than its tokens / block_size when KV cache groups
+  // split the layers; fewer per token once sliding-window groups release blocks).
+  const KvCacheLayout layout = kv_cache_shape(model, c.kv_dtype).layout();
+  const int64_t context_blocks = max_blocks_per_request(layout.group_sliding_window, c.block_size,
+                                                        model.max_position_embeddings, c.max_num_batched_tokens);
   int64_t blocks;
   if (c.kv_cache_blocks > 0) {
     blocks = c.kv_cache_blocks;
   } else if (c.kv_cache_bytes > 0) {
-    blocks = KvCache::blocks_for_bytes(kv_shape(model, c.kv_dtype), c.block_size, c.kv_cache_bytes);
+    blocks = KvCache::blocks_for_bytes(kv_cache_shape(model, c.kv_dtype), c.block_size, c.kv_cache_bytes);
     if (blocks == 0) {
       throw Error("--kv-cache-memory " + std::to_string(c.kv_cache_bytes) + " bytes holds no block of " +
                   std::to_string(block_bytes) + " bytes");

@@ -46,7 +46,9 @@ constexpr int64_t kMaxDefaultKvCacheBytes = int64_t{1} << 30;
 // Throws pagellm::Error when the budget holds no block or more than INT32_MAX blocks.
 int32_t plan_kv_cache(const EngineConfig& config, const LlamaConfig& model);
 
-// Bytes of one token's K and V over all layers, with `dtype` elements.
+// Bytes of one slot of a KV block (one token's K and V in each storage lane: every layer, or a
+// group's worth of layers when KV cache groups split them, kv/kv_cache_layout.h), with `dtype`
+// elements.
 int64_t kv_bytes_per_token(const LlamaConfig& model, GgmlType dtype);
 
 }  // namespace pagellm

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "engine/model_runner.h"
+#include "kv/kv_cache_layout.h"
 
 namespace pagellm {
 
@@ -16,8 +17,23 @@ EngineCore::EngineCore(LLM& llm) : EngineCore(llm, llm.config().scheduler_limits
 
 EngineCore::EngineCore(LLM& llm, const SchedulerLimits& limits)
     : llm_(llm), runner_(llm.runner()), kv_manager_(llm.kv_manager()), scheduler_(limits, kv_manager_) {
-  const int64_t pool_tokens = int64_t{runner_.num_blocks()} * runner_.block_size();
-  max_total_tokens_ = std::min<int64_t>(runner_.model_config().max_position_embeddings, pool_tokens);
+  // The longest request the pool can hold alone: the largest length whose blocks, over all KV
+  // cache groups, fit (monotone in the length, so a binary search).
+  const std::vector<int64_t>& windows = kv_manager_.group_sliding_window();
+  auto fits = [&](int64_t len) {
+    return max_blocks_per_request(windows, runner_.block_size(), len, limits.max_num_batched_tokens) <=
+           runner_.num_blocks();
+  };
+  int64_t lo = 0, hi = runner_.model_config().max_position_embeddings;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  max_total_tokens_ = lo;
 }
 
 void EngineCore::add_request(const EngineRequest& req) {

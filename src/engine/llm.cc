@@ -36,7 +36,8 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   const int32_t num_blocks = plan_kv_cache(config_, model->config());
   runner_ = std::make_unique<ModelRunner>(std::move(pool), std::move(model),
                                           KvCacheGeometry{num_blocks, config_.block_size, config_.kv_dtype});
-  kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size, config_.enable_prefix_caching);
+  kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size, config_.enable_prefix_caching,
+                                                 runner_->kv_cache().layout().group_sliding_window);
 }
 
 GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,

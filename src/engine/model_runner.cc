@@ -9,24 +9,36 @@ namespace pagellm {
 ForwardBatch build_forward_batch(std::span<const ScheduledSeq> seqs, int32_t block_size) {
   ForwardBatch b;
   b.query_start_loc.push_back(0);
+  const size_t groups = seqs.empty() ? 1 : seqs[0].block_tables.size();
+  b.kv_groups.resize(groups);
   for (const ScheduledSeq& s : seqs) {
-    b.max_blocks_per_seq = std::max<int64_t>(b.max_blocks_per_seq, static_cast<int64_t>(s.block_table->size()));
+    PAGELLM_CHECK(s.block_tables.size() == groups && groups > 0, "scheduled sequences disagree on KV cache groups");
+    for (size_t g = 0; g < groups; ++g) {
+      KvGroupBatch& kg = b.kv_groups[g];
+      kg.max_blocks_per_seq = std::max<int64_t>(kg.max_blocks_per_seq, static_cast<int64_t>(s.block_tables[g].size()));
+    }
   }
-  b.block_tables.assign(seqs.size() * b.max_blocks_per_seq, -1);
+  for (KvGroupBatch& kg : b.kv_groups) kg.block_tables.assign(seqs.size() * kg.max_blocks_per_seq, -1);
   for (size_t si = 0; si < seqs.size(); ++si) {
     const ScheduledSeq& s = seqs[si];
     PAGELLM_CHECK(!s.token_ids.empty(), "scheduled sequence with no tokens");
     PAGELLM_CHECK(s.num_logits_rows >= 0 && s.num_logits_rows <= static_cast<int64_t>(s.token_ids.size()),
                   "scheduled sequence asks for more logits rows than it has tokens");
-    const std::vector<int32_t>& table = *s.block_table;
-    std::copy(table.begin(), table.end(), b.block_tables.begin() + static_cast<int64_t>(si) * b.max_blocks_per_seq);
+    for (size_t g = 0; g < groups; ++g) {
+      const std::vector<int32_t>& table = s.block_tables[g];
+      KvGroupBatch& kg = b.kv_groups[g];
+      std::copy(table.begin(), table.end(), kg.block_tables.begin() + static_cast<int64_t>(si) * kg.max_blocks_per_seq);
+      for (size_t i = 0; i < s.token_ids.size(); ++i) {
+        const int64_t pos = s.start_pos + static_cast<int64_t>(i);
+        const int64_t logical = pos / block_size;
+        PAGELLM_CHECK(logical < static_cast<int64_t>(table.size()) && table[logical] >= 0,
+                      "block table too short for position");
+        kg.slot_mapping.push_back(int64_t{table[logical]} * block_size + pos % block_size);
+      }
+    }
     for (size_t i = 0; i < s.token_ids.size(); ++i) {
-      const int64_t pos = s.start_pos + static_cast<int64_t>(i);
-      const int64_t logical = pos / block_size;
-      PAGELLM_CHECK(logical < static_cast<int64_t>(table.size()), "block table too short for position");
       b.token_ids.push_back(s.token_ids[i]);
-      b.positions.push_back(pos);
-      b.slot_mapping.push_back(int64_t{table[logical]} * block_size + pos % block_size);
+      b.positions.push_back(s.start_pos + static_cast<int64_t>(i));
     }
     b.query_start_loc.push_back(b.num_tokens());
     for (int64_t i = b.num_tokens() - s.num_logits_rows; i < b.num_tokens(); ++i) b.logits_indices.push_back(i);
@@ -63,7 +75,7 @@ const ModelRunnerOutput& ModelRunner::execute(const SchedulerOutput& so, const K
     for (int64_t p = r.num_computed_tokens; p < r.num_computed_tokens + s.num_scheduled_tokens; ++p) {
       chunks_[i].push_back(r.token_at(p));
     }
-    seqs_.push_back(ScheduledSeq{&kv.block_table(r.request_id), chunks_[i], r.num_computed_tokens, s.num_logits_rows});
+    seqs_.push_back(ScheduledSeq{kv.block_tables(r.request_id), chunks_[i], r.num_computed_tokens, s.num_logits_rows});
   }
   return execute(seqs_);
 }

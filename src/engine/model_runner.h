@@ -26,18 +26,21 @@ namespace pagellm {
 
 // One sequence's share of a step: compute `token_ids` at positions [start_pos, start_pos + n).
 struct ScheduledSeq {
-  const std::vector<int32_t>* block_table = nullptr;  // physical blocks, covers start_pos + n tokens
-  std::span<const int32_t> token_ids;                 // the new tokens, n >= 1
-  int64_t start_pos = 0;                              // = num_computed_tokens
+  // [num_kv_cache_groups] physical blocks per group, each covering start_pos + n tokens
+  // (KvCacheManager::block_tables; every sequence of a batch has the same group count).
+  std::span<const std::vector<int32_t>> block_tables;
+  std::span<const int32_t> token_ids;  // the new tokens, n >= 1
+  int64_t start_pos = 0;               // = num_computed_tokens
   // Logits rows wanted: those of the last num_logits_rows new tokens, in position order (0: none;
   // 1: the next-token row of a sampling step; k + 1: a speculative verification). <= n.
   int32_t num_logits_rows = 1;
 };
 
-// Builds token_ids, positions, slot_mapping, query_start_loc, block_tables (padded with -1) and
-// logits_indices (the last num_logits_rows tokens of each sequence, in sequence order).
-// Throws (PAGELLM_CHECK) when a sequence has no tokens, asks for more rows than tokens, or its
-// block table does not cover its positions.
+// Builds token_ids, positions, query_start_loc, per KV cache group slot_mapping and
+// block_tables (padded with -1), and logits_indices (the last num_logits_rows tokens of each
+// sequence, in sequence order). Throws (PAGELLM_CHECK) when a sequence has no tokens, asks for
+// more rows than tokens, its tables disagree on the group count, or a table has no block for a
+// new position.
 ForwardBatch build_forward_batch(std::span<const ScheduledSeq> seqs, int32_t block_size);
 
 // Logits of one step. Sequence i (in the order of SchedulerOutput::scheduled or of the span given

@@ -1,5 +1,6 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -7,12 +8,18 @@
 
 namespace pagellm {
 
+KvCacheLayout KvCacheShape::layout() const {
+  if (sliding_window.empty()) return KvCacheLayout::for_windows(std::vector<int64_t>(std::max(num_layers, 1), 0));
+  PAGELLM_CHECK(static_cast<int64_t>(sliding_window.size()) == num_layers, "one sliding window per layer");
+  return KvCacheLayout::for_windows(sliding_window);
+}
+
 int64_t KvCacheShape::bytes_per_token() const {
-  return int64_t{2} * num_layers * num_kv_heads * head_dim * type_traits(dtype).type_size;
+  return int64_t{2} * layout().num_lanes * num_kv_heads * head_dim * type_traits(dtype).type_size;
 }
 
 KvCache::KvCache(const KvCacheShape& shape, int32_t num_blocks, int32_t block_size)
-    : shape_(shape), num_blocks_(num_blocks), block_size_(block_size) {
+    : shape_(shape), layout_(shape.layout()), num_blocks_(num_blocks), block_size_(block_size) {
   if (shape.dtype != GgmlType::F32 && shape.dtype != GgmlType::F16) {
     throw Error("KV cache dtype must be f32 or f16, got " + type_name(shape.dtype));
   }
@@ -22,15 +29,16 @@ KvCache::KvCache(const KvCacheShape& shape, int32_t num_blocks, int32_t block_si
   }
   layer_bytes_ =
       int64_t{num_blocks} * block_size * shape.num_kv_heads * shape.head_dim * type_traits(shape.dtype).type_size;
-  storage_.assign(static_cast<size_t>(layer_bytes_ * 2 * shape.num_layers), 0);
+  storage_.assign(static_cast<size_t>(layer_bytes_ * 2 * layout_.num_lanes), 0);
 }
 
 kernels::KvLayerView KvCache::layer(int32_t layer) {
   PAGELLM_CHECK(layer >= 0 && layer < shape_.num_layers, "layer index");
+  const int64_t lane = layout_.layer_lane[layer];
   kernels::KvLayerView v;
   v.dtype = shape_.dtype;
-  v.k = storage_.data() + static_cast<size_t>(layer_bytes_) * (2 * layer);
-  v.v = storage_.data() + static_cast<size_t>(layer_bytes_) * (2 * layer + 1);
+  v.k = storage_.data() + static_cast<size_t>(layer_bytes_) * (2 * lane);
+  v.v = storage_.data() + static_cast<size_t>(layer_bytes_) * (2 * lane + 1);
   v.num_slots = int64_t{num_blocks_} * block_size_;
   v.block_size = block_size_;
   v.num_kv_heads = shape_.num_kv_heads;
@@ -41,7 +49,7 @@ kernels::KvLayerView KvCache::layer(int32_t layer) {
 void KvCache::copy_block(int32_t src, int32_t dst) {
   PAGELLM_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "copy_block ids");
   const int64_t block_bytes = layer_bytes_ / num_blocks_;
-  for (int64_t half = 0; half < 2 * shape_.num_layers; ++half) {
+  for (int64_t half = 0; half < 2 * int64_t{layout_.num_lanes}; ++half) {
     uint8_t* base = storage_.data() + static_cast<size_t>(layer_bytes_) * half;
     std::memcpy(base + dst * block_bytes, base + src * block_bytes, static_cast<size_t>(block_bytes));
   }

@@ -14,6 +14,15 @@
 // registered under its hash only once all its tokens are final: computed (cache_computed_blocks
 // is called after the forward pass, so blocks filled in the same step are never hits before they
 // exist) and accepted (speculative tokens still to be verified are excluded by the caller).
+//
+// KV cache groups (kv/kv_cache_layout.h): a request has one block table per group, all drawing
+// on the one pool. Every operation acts on every group; the hash of block i in group g is h_i
+// for g = 0 and XXH3_64(h_i | g) otherwise, and a prefix hit needs block i cached in every group.
+// A sliding-window group of window W only needs, for queries at positions >= c, the keys at
+// positions >= c - W + 1: release_out_of_window returns the blocks entirely before that to the
+// pool and leaves -1 (no block) in their table entries, so a long request holds about
+// (W + chunk) / block_size blocks in such a group. Its blocks keep their hashes while free, so
+// they can still be prefix hits until evicted.
 #pragma once
 
 #include <cstdint>
@@ -27,15 +36,23 @@
 namespace pagellm {
 
 struct PrefixHit {
-  std::vector<int32_t> blocks;  // cached full blocks, in order
-  int64_t num_tokens = 0;       // blocks.size() * block_size
+  // Cached full blocks, in order, group by group: [num_groups * n], block i of group g at
+  // g * n + i (with one group: the blocks in order).
+  std::vector<int32_t> blocks;
+  int64_t num_tokens = 0;  // n * block_size
 };
 
 class KvCacheManager {
  public:
-  KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching = false);
+  // group_sliding_window: [num_groups] each group's window in tokens, 0 = full attention
+  // (KvCacheLayout::group_sliding_window; default one full group). Throws pagellm::Error for a
+  // non-positive block_size or no group.
+  KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching = false,
+                 std::vector<int64_t> group_sliding_window = {0});
 
   int32_t block_size() const { return block_size_; }
+  int32_t num_groups() const { return static_cast<int32_t>(group_window_.size()); }
+  const std::vector<int64_t>& group_sliding_window() const { return group_window_; }
   bool prefix_caching() const { return prefix_caching_; }
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
@@ -72,6 +89,12 @@ class KvCacheManager {
   // verified). `tokens` are the request's tokens (at least num_final_tokens of them).
   void cache_computed_blocks(const std::string& request_id, std::span<const int32_t> tokens, int64_t num_final_tokens,
                              uint64_t root);
+  // Sliding-window groups: releases the request's blocks that queries at positions >=
+  // num_computed_tokens can no longer see (every token of the block < num_computed_tokens -
+  // window + 1) and sets their table entries to -1. Call before scheduling the request's next
+  // tokens; later rollbacks never go below num_computed_tokens. No-op for full groups or an
+  // unknown id.
+  void release_out_of_window(const std::string& request_id, int64_t num_computed_tokens);
   // Releases every block of the request, last block first (no-op for an unknown id).
   void free(const std::string& request_id);
   // Rolls the request back to its first num_tokens tokens (rejected speculative tokens): the
@@ -84,26 +107,36 @@ class KvCacheManager {
   //   - a kept block that loses tokens (num_tokens mid-block) drops its hash even while shared:
   //     the request will write its tail, in place once the other holders are gone (copy-on-write
   //     only protects a block while ref_cnt > 1), so no hash may keep naming it.
+  // Sliding groups keep their -1 entries; a num_tokens whose window would reach one is refused
+  // (PAGELLM_CHECK), except 0.
   // Example, block_size 4, table [5, 8, 2] all hashed, truncate to 5: block 2 is released,
   // block 8 (holding token 4 only) is uncached, block 5 stays cached; table [5, 8].
   void truncate(const std::string& request_id, int64_t num_tokens);
 
-  // Empty for an unknown request.
-  const std::vector<int32_t>& block_table(const std::string& request_id) const;
-  // Physical slot of token `position` of the request. Precondition: the block is allocated.
-  int64_t slot(const std::string& request_id, int64_t position) const;
+  // The request's table in `group` (-1 where a sliding group released the block). Empty for an
+  // unknown request.
+  const std::vector<int32_t>& block_table(const std::string& request_id, int32_t group = 0) const;
+  // [num_groups] tables; an empty vector for an unknown request.
+  const std::vector<std::vector<int32_t>>& block_tables(const std::string& request_id) const;
+  // Physical slot of token `position` of the request in `group`. Precondition: the block is
+  // allocated.
+  int64_t slot(const std::string& request_id, int64_t position, int32_t group = 0) const;
   int64_t num_requests() const { return static_cast<int64_t>(tables_.size()); }
   // Full blocks of the request already registered in the prefix cache.
   int64_t num_hashed_blocks(const std::string& request_id) const;
 
  private:
   struct Table {
-    std::vector<int32_t> blocks;
-    std::vector<uint64_t> hashes;  // chained hashes of blocks [0, hashes.size())
+    std::vector<std::vector<int32_t>> blocks;  // [num_groups][logical blocks], -1 = released
+    std::vector<uint64_t> hashes;              // chained hashes of blocks [0, hashes.size())
+    std::vector<int64_t> num_released;         // [num_groups] leading entries released
   };
+  Table& table_for(const std::string& request_id);
+  uint64_t group_hash(uint64_t h, int32_t group) const;
   BlockPool pool_;
   int32_t block_size_;
   bool prefix_caching_;
+  std::vector<int64_t> group_window_;  // [num_groups]
   std::unordered_map<std::string, Table> tables_;
 };
 

@@ -98,33 +98,41 @@ void LlamaModel::bind_layer(const GgufFile& f, int64_t i) {
   layers_.push_back(l);
 }
 
-KvCacheShape LlamaModel::kv_shape(GgmlType dtype) const {
-  return KvCacheShape{static_cast<int32_t>(config_.num_hidden_layers),
-                      static_cast<int32_t>(config_.num_key_value_heads), static_cast<int32_t>(config_.head_dim), dtype};
-}
+KvCacheShape LlamaModel::kv_shape(GgmlType dtype) const { return kv_cache_shape(config_, dtype); }
 
 void LlamaModel::check_batch(const ForwardBatch& b, const KvCache& kv) const {
   const int64_t n = b.num_tokens();
-  PAGELLM_CHECK(static_cast<int64_t>(b.positions.size()) == n && static_cast<int64_t>(b.slot_mapping.size()) == n,
-                "ForwardBatch arrays disagree on num_tokens");
+  const KvCacheLayout& layout = kv.layout();
+  PAGELLM_CHECK(static_cast<int64_t>(b.positions.size()) == n, "ForwardBatch arrays disagree on num_tokens");
+  PAGELLM_CHECK(layout.num_layers() == config_.num_hidden_layers, "KV cache made for another model");
+  PAGELLM_CHECK(static_cast<int32_t>(b.kv_groups.size()) == layout.num_groups(),
+                "ForwardBatch has " + std::to_string(b.kv_groups.size()) + " KV cache groups, the cache " +
+                    std::to_string(layout.num_groups()));
   PAGELLM_CHECK(b.num_seqs() >= 1 && b.query_start_loc.front() == 0 && b.query_start_loc.back() == n,
                 "query_start_loc must span [0, num_tokens]");
-  PAGELLM_CHECK(static_cast<int64_t>(b.block_tables.size()) == b.num_seqs() * b.max_blocks_per_seq,
-                "block_tables is not [num_seqs, max_blocks_per_seq]");
   const int64_t num_slots = int64_t{kv.num_blocks()} * kv.block_size();
-  for (int64_t s = 0; s < b.num_seqs(); ++s) {
-    PAGELLM_CHECK(b.query_start_loc[s] <= b.query_start_loc[s + 1], "query_start_loc not monotone");
-    for (int64_t i = b.query_start_loc[s]; i < b.query_start_loc[s + 1]; ++i) {
-      PAGELLM_CHECK(b.token_ids[i] >= 0 && b.token_ids[i] < config_.vocab_size,
-                    "token id " + std::to_string(b.token_ids[i]) + " outside the vocabulary");
-      PAGELLM_CHECK(b.positions[i] >= 0 && b.positions[i] < config_.max_position_embeddings,
-                    "position " + std::to_string(b.positions[i]));
-      PAGELLM_CHECK(b.slot_mapping[i] >= 0 && b.slot_mapping[i] < num_slots, "slot outside the KV cache");
-      const int64_t last_block = b.positions[i] / kv.block_size();
-      PAGELLM_CHECK(last_block < b.max_blocks_per_seq, "position beyond the block table");
-      for (int64_t j = 0; j <= last_block; ++j) {
-        const int32_t blk = b.block_tables[s * b.max_blocks_per_seq + j];
-        PAGELLM_CHECK(blk >= 0 && blk < kv.num_blocks(), "block table entry outside the pool");
+  for (int32_t g = 0; g < layout.num_groups(); ++g) {
+    const KvGroupBatch& kg = b.kv_groups[g];
+    const int64_t window = layout.group_sliding_window[g];
+    PAGELLM_CHECK(static_cast<int64_t>(kg.slot_mapping.size()) == n, "ForwardBatch arrays disagree on num_tokens");
+    PAGELLM_CHECK(static_cast<int64_t>(kg.block_tables.size()) == b.num_seqs() * kg.max_blocks_per_seq,
+                  "block_tables is not [num_seqs, max_blocks_per_seq]");
+    for (int64_t s = 0; s < b.num_seqs(); ++s) {
+      PAGELLM_CHECK(b.query_start_loc[s] <= b.query_start_loc[s + 1], "query_start_loc not monotone");
+      for (int64_t i = b.query_start_loc[s]; i < b.query_start_loc[s + 1]; ++i) {
+        PAGELLM_CHECK(b.token_ids[i] >= 0 && b.token_ids[i] < config_.vocab_size,
+                      "token id " + std::to_string(b.token_ids[i]) + " outside the vocabulary");
+        PAGELLM_CHECK(b.positions[i] >= 0 && b.positions[i] < config_.max_position_embeddings,
+                      "position " + std::to_string(b.positions[i]));
+        PAGELLM_CHECK(kg.slot_mapping[i] >= 0 && kg.slot_mapping[i] < num_slots, "slot outside the KV cache");
+        const int64_t last_block = b.positions[i] / kv.block_size();
+        PAGELLM_CHECK(last_block < kg.max_blocks_per_seq, "position beyond the block table");
+        // Every key the token attends to needs its block: from the window's start on.
+        const int64_t first = window > 0 ? std::max<int64_t>(0, b.positions[i] - window + 1) : 0;
+        for (int64_t j = first / kv.block_size(); j <= last_block; ++j) {
+          const int32_t blk = kg.block_tables[s * kg.max_blocks_per_seq + j];
+          PAGELLM_CHECK(blk >= 0 && blk < kv.num_blocks(), "block table entry outside the pool");
+        }
       }
     }
   }
@@ -198,13 +206,14 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
   }
   kc::KvLayerView view = kv_cache.layer(layer);
   view.isa = isa_;
-  kc::write_kv(view, k_.data(), v_.data(), b.slot_mapping.data(), n);
+  const KvGroupBatch& kg = b.kv_groups[kv_cache.layout().layer_group[layer]];
+  kc::write_kv(view, k_.data(), v_.data(), kg.slot_mapping.data(), n);
   kc::AttentionBatch ab;
   ab.query_start_loc = b.query_start_loc.data();
   ab.positions = b.positions.data();
-  ab.block_tables = b.block_tables.data();
+  ab.block_tables = kg.block_tables.data();
   ab.num_seqs = b.num_seqs();
-  ab.max_blocks_per_seq = b.max_blocks_per_seq;
+  ab.max_blocks_per_seq = kg.max_blocks_per_seq;
   ab.sliding_window = sliding ? c.sliding_window : 0;
   float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.scale_q) {  // q scaled before attention, as the reference graph does (gemma3, phi3)

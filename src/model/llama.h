@@ -47,7 +47,7 @@ class LlamaModel {
   }
 
   // One forward pass over a flat batch (see ForwardBatch). Writes every token's K/V into
-  // kv_cache at batch.slot_mapping, then attends through batch.block_tables.
+  // kv_cache at its layer group's slot_mapping, then attends through that group's block_tables.
   //   workspace: the kernels' scratch (the caller's, one per model; ModelRunner owns it).
   //   logits: [batch.logits_indices.size(), vocab_size] f32, resized.
   // Preconditions (checked): token ids in [0, vocab), positions < max_position_embeddings, slots

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "model/architectures.h"
@@ -116,6 +118,15 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   c.vocab_size = emb.ne[1];
   c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
   return c;
+}
+
+KvCacheShape kv_cache_shape(const LlamaConfig& c, GgmlType dtype) {
+  std::vector<int64_t> windows;
+  if (c.sliding_window > 0) {
+    for (int64_t il = 0; il < c.num_hidden_layers; ++il) windows.push_back(c.is_sliding(il) ? c.sliding_window : 0);
+  }
+  return KvCacheShape{static_cast<int32_t>(c.num_hidden_layers), static_cast<int32_t>(c.num_key_value_heads),
+                      static_cast<int32_t>(c.head_dim), dtype, std::move(windows)};
 }
 
 }  // namespace pagellm

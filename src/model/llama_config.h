@@ -8,6 +8,7 @@
 #include <string>
 
 #include "format/gguf.h"
+#include "kv/kv_cache.h"
 
 namespace pagellm {
 
@@ -54,5 +55,10 @@ struct LlamaConfig {
   // Reads and validates the config. Throws pagellm::Error naming the file and key.
   static LlamaConfig from_gguf(const GgufFile& f);
 };
+
+// Shape of the KV cache for a model config, with the given element type (F32 or F16): the
+// per-layer sliding windows give gemma3's local layers their own KV cache groups
+// (kv/kv_cache_layout.h); other models get one group.
+KvCacheShape kv_cache_shape(const LlamaConfig& config, GgmlType dtype);
 
 }  // namespace pagellm

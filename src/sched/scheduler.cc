@@ -81,6 +81,7 @@ bool Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
     Request* r = running_[i];
     const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
     if (n <= 0) continue;
+    kv_.release_out_of_window(r->request_id, r->num_computed_tokens);  // before it asks for more
     bool self_preempted = false;
     while (!kv_.allocate_slots_cow(r->request_id, r->num_computed_tokens, r->num_computed_tokens + n,
                                    out.blocks_to_copy)) {

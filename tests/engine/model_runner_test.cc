@@ -14,35 +14,36 @@ namespace {
 
 // The worked example in model/forward_batch.h.
 TEST(ModelRunner, BuildsTheDocumentedExample) {
-  const std::vector<int32_t> table_a{5}, table_b{1, 0, 3};
+  const std::vector<std::vector<int32_t>> table_a{{5}}, table_b{{1, 0, 3}};
   const std::vector<int32_t> a{10, 11, 12}, b{99};
-  const ScheduledSeq seqs[] = {{&table_a, a, 0, true}, {&table_b, b, 9, true}};
+  const ScheduledSeq seqs[] = {{table_a, a, 0, true}, {table_b, b, 9, true}};
   const ForwardBatch fb = build_forward_batch(seqs, 4);
   EXPECT_EQ(fb.token_ids, (std::vector<int32_t>{10, 11, 12, 99}));
   EXPECT_EQ(fb.positions, (std::vector<int64_t>{0, 1, 2, 9}));
-  EXPECT_EQ(fb.slot_mapping, (std::vector<int64_t>{20, 21, 22, 13}));
+  ASSERT_EQ(fb.kv_groups.size(), 1u);
+  EXPECT_EQ(fb.kv_groups[0].slot_mapping, (std::vector<int64_t>{20, 21, 22, 13}));
   EXPECT_EQ(fb.query_start_loc, (std::vector<int64_t>{0, 3, 4}));
-  EXPECT_EQ(fb.max_blocks_per_seq, 3);
-  EXPECT_EQ(fb.block_tables, (std::vector<int32_t>{5, -1, -1, 1, 0, 3}));
+  EXPECT_EQ(fb.kv_groups[0].max_blocks_per_seq, 3);
+  EXPECT_EQ(fb.kv_groups[0].block_tables, (std::vector<int32_t>{5, -1, -1, 1, 0, 3}));
   EXPECT_EQ(fb.logits_indices, (std::vector<int64_t>{2, 3}));
 }
 
 TEST(ModelRunner, PrefillChunkWithoutLogits) {
-  const std::vector<int32_t> table{2, 7};
+  const std::vector<std::vector<int32_t>> table{{2, 7}};
   const std::vector<int32_t> toks{1, 2, 3};
-  const ScheduledSeq s{&table, toks, 3, false};
+  const ScheduledSeq s{table, toks, 3, false};
   const ForwardBatch fb = build_forward_batch(std::span<const ScheduledSeq>(&s, 1), 4);
-  EXPECT_EQ(fb.slot_mapping, (std::vector<int64_t>{11, 28, 29}));
+  EXPECT_EQ(fb.kv_groups[0].slot_mapping, (std::vector<int64_t>{11, 28, 29}));
   EXPECT_TRUE(fb.logits_indices.empty());
 }
 
 TEST(ModelRunner, SeveralLogitsRowsAreTheLastTokens) {
-  const std::vector<int32_t> table_a{0}, table_b{1, 2};
+  const std::vector<std::vector<int32_t>> table_a{{0}}, table_b{{1, 2}};
   const std::vector<int32_t> a{1, 2, 3}, b{4, 5};
-  const ScheduledSeq seqs[] = {{&table_a, a, 0, 3}, {&table_b, b, 4, 0}, {&table_b, b, 6, 2}};
+  const ScheduledSeq seqs[] = {{table_a, a, 0, 3}, {table_b, b, 4, 0}, {table_b, b, 6, 2}};
   const ForwardBatch fb = build_forward_batch(seqs, 4);
   EXPECT_EQ(fb.logits_indices, (std::vector<int64_t>{0, 1, 2, 5, 6}));
-  const ScheduledSeq too_many{&table_a, a, 0, 4};
+  const ScheduledSeq too_many{table_a, a, 0, 4};
   EXPECT_DEATH(build_forward_batch(std::span<const ScheduledSeq>(&too_many, 1), 4), "more logits rows");
 }
 
@@ -57,7 +58,7 @@ TEST(ModelRunner, ExecuteReturnsRowsPerSequence) {
   const std::vector<int32_t> prompt{1, 403, 407, 152, 133};
   ASSERT_TRUE(kv.allocate_slots("a", 5));
   ASSERT_TRUE(kv.allocate_slots("b", 5));
-  const ScheduledSeq seqs[] = {{&kv.block_table("a"), prompt, 0, 3}, {&kv.block_table("b"), prompt, 0, 1}};
+  const ScheduledSeq seqs[] = {{kv.block_tables("a"), prompt, 0, 3}, {kv.block_tables("b"), prompt, 0, 1}};
   const ModelRunnerOutput& mo = runner.execute(seqs);
   const int64_t vocab = model.config().vocab_size;
   ASSERT_EQ(mo.vocab_size, vocab);

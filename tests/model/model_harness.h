@@ -18,7 +18,8 @@ namespace pagellm::test {
 class ModelHarness {
  public:
   ModelHarness(LlamaModel& model, int32_t num_blocks, int32_t block_size, GgmlType kv_dtype = GgmlType::F32)
-      : runner_(model, KvCacheGeometry{num_blocks, block_size, kv_dtype}), manager_(num_blocks, block_size) {}
+      : runner_(model, KvCacheGeometry{num_blocks, block_size, kv_dtype}),
+        manager_(num_blocks, block_size, false, runner_.kv_cache().layout().group_sliding_window) {}
 
   // Work of one sequence in one step: append `tokens` to sequence `id` and compute them.
   struct Work {
@@ -39,7 +40,7 @@ class ModelHarness {
       const std::vector<int32_t>& all = tokens_[w.id];
       const int64_t start = static_cast<int64_t>(all.size() - w.tokens.size());
       const auto n = static_cast<int32_t>(w.tokens.size());
-      seqs.push_back(ScheduledSeq{&manager_.block_table(w.id), std::span<const int32_t>(all).subspan(start, n), start,
+      seqs.push_back(ScheduledSeq{manager_.block_tables(w.id), std::span<const int32_t>(all).subspan(start, n), start,
                                   w.all_logits ? n : 1});
     }
     const ModelRunnerOutput& mo = runner_.execute(seqs);

@@ -371,14 +371,15 @@ TEST_F(RandomModelTest, GreedyDecodeStaysFinite) {
     for (int step = 0; step < 8; ++step) {
       const int64_t start = step == 0 ? 0 : static_cast<int64_t>(tokens.size()) - 1;
       ForwardBatch fb;
+      fb.kv_groups.resize(1);
       for (int64_t p = start; p < static_cast<int64_t>(tokens.size()); ++p) {
         fb.token_ids.push_back(tokens[p]);
         fb.positions.push_back(p);
-        fb.slot_mapping.push_back(p);  // blocks 0, 1 in order: slot = position
+        fb.kv_groups[0].slot_mapping.push_back(p);  // blocks 0, 1 in order: slot = position
       }
       fb.query_start_loc = {0, fb.num_tokens()};
-      fb.block_tables = {0, 1};
-      fb.max_blocks_per_seq = 2;
+      fb.kv_groups[0].block_tables = {0, 1};
+      fb.kv_groups[0].max_blocks_per_seq = 2;
       fb.logits_indices = {fb.num_tokens() - 1};
       model.forward(fb, kv, ws, logits);
       ASSERT_EQ(static_cast<int64_t>(logits.size()), vocab);
