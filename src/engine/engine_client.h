@@ -27,6 +27,10 @@ struct ModelFacts {
                                     // context length, or the whole KV pool when that is smaller)
   std::string chat_template;        // GGUF tokenizer.chat_template (Jinja source), "" when absent
   SamplingParams default_sampling;  // the model's general.sampling.* (engine/generation_defaults.h)
+  // Why the model's sampling defaults were refused (a bad general.sampling.* value), "" when they
+  // were read; default_sampling is then the OpenAI defaults. A frontend that uses the model's
+  // defaults must refuse to start on it; one that ignores them need not.
+  std::string default_sampling_error;
 };
 
 class EngineClient {

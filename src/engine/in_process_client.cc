@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "core/error.h"
 #include "engine/generation_defaults.h"
 
 namespace pagellm {
@@ -15,7 +16,11 @@ InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm) : engine_
   facts_.vocab_size = m.tokenizer().vocab_size();
   facts_.max_model_len = engine_.max_model_len();
   facts_.chat_template = m.file().get_string_opt("tokenizer.chat_template").value_or("");
-  facts_.default_sampling = generation_defaults(m.file());
+  try {
+    facts_.default_sampling = generation_defaults(m.file());
+  } catch (const Error& e) {
+    facts_.default_sampling_error = e.what();
+  }
 }
 
 }  // namespace pagellm

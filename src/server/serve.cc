@@ -218,6 +218,10 @@ int run_serve(const ServeOptions& o) {
   ro.allowed_origins = o.allowed_origins;
   ro.max_sequences_per_request = std::min(o.max_n, ec.max_waiting);
   ro.model_generation_config = o.generation_config == "auto";
+  if (ro.model_generation_config && !engine.model_facts().default_sampling_error.empty()) {
+    throw Error(engine.model_facts().default_sampling_error +
+                " (--generation-config vllm serves the model with the OpenAI defaults instead)");
+  }
   if (ro.model_generation_config) log("sampling defaults: " + describe(engine.model_facts().default_sampling));
   Routes routes(engine, engine.tokenizer(), metrics, work, ro);
   http.io_threads = o.io_threads;

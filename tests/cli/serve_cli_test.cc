@@ -16,6 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -114,6 +117,38 @@ TEST(ServeCli, DirectoryModelIsRefusedNamingIt) {
   EXPECT_EQ(c.wait_exit(10), 1) << c.err();
   EXPECT_NE(c.err().find("Hugging Face directory '" + dir + "' has no config.json"), std::string::npos) << c.err();
   std::filesystem::remove(dir);
+}
+
+// The bundled model with general.sampling.temp = -1 (what a converter could write): serving it
+// with the model's sampling defaults (--generation-config auto) is refused naming the key; with
+// --generation-config vllm it serves on the OpenAI defaults.
+TEST(ServeCli, BadModelSamplingDefaultsAreRefusedUnlessIgnored) {
+  const std::string path = temp_path("bad-sampling.gguf");
+  {
+    auto src = pagellm::GgufFile::open(std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf");
+    pagellm::GgufWriter w;
+    for (const auto& [key, value] : src->metadata()) {
+      if (key != "general.alignment") w.set(key, value);
+    }
+    w.set("general.sampling.temp", pagellm::GgufValue::f32(-1.0f));
+    for (const pagellm::GgufTensorInfo& t : src->tensors()) {
+      w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+    }
+    w.write(path);
+  }
+  {
+    Child c({"serve", "-m", path, "--port", "0", "--threads", "1"});
+    EXPECT_EQ(c.wait_exit(30), 1) << c.err();
+    EXPECT_NE(c.err().find("general.sampling.temp"), std::string::npos) << c.err();
+    EXPECT_NE(c.err().find("--generation-config vllm"), std::string::npos) << c.err();
+  }
+  {
+    Child c({"serve", "-m", path, "--port", "0", "--threads", "1", "--generation-config", "vllm"});
+    EXPECT_TRUE(c.read_until("serving model", 30)) << c.err();
+    kill(c.pid(), SIGTERM);
+    EXPECT_EQ(c.wait_exit(30), 0) << c.err();
+  }
+  std::filesystem::remove(path);
 }
 
 // A model that takes seconds to load: tinyllama-1.1b's shape in q4_0 (~640 MB, random weights,
