@@ -7,6 +7,7 @@
 // --benchmark_enable_random_interleaving=true --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -95,6 +96,55 @@ void matmul_args(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Decode as the model sees it: GEMV (num_tokens = 1) over weights that come from DRAM, not from
+// the caches BM_Matmul's one matrix stays in. Copies of shape 0 (ffn_up) totalling >= 256 MiB are
+// used in turn, so every call streams its matrix from memory; bytes/s is then comparable with
+// `pagellm bench latency`'s bandwidth probe. Args: {dtype id, num_threads, isa}.
+void BM_MatmulFromDram(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const int num_threads = static_cast<int>(state.range(1));
+  const auto isa = static_cast<Isa>(state.range(2));
+  const int64_t kRows = kShapes[0][0], kCols = kShapes[0][1];
+  const std::vector<uint8_t> w = make_weight(type, kRows, kCols);
+  const int64_t copies = std::max<int64_t>(
+      2, ((int64_t{256} << 20) + static_cast<int64_t>(w.size()) - 1) / static_cast<int64_t>(w.size()));
+  std::vector<std::vector<uint8_t>> packed(static_cast<size_t>(copies));
+  std::vector<WeightView> views;
+  WeightView src{type, kRows, kCols, w.data()};
+  src.isa = isa;
+  for (auto& p : packed) {
+    p = w;  // a private copy, repacked in place of its bytes when that pays (as LlamaModel loads)
+    WeightView view = src;
+    view.data = p.data();
+    if (repack_pays(src)) view = repack_weight(src, p.data(), nullptr);
+    views.push_back(view);
+  }
+  std::vector<float> x(kCols, 0.5f), y(kRows);
+  std::unique_ptr<ThreadPool> pool = num_threads > 1 ? std::make_unique<ThreadPool>(num_threads) : nullptr;
+  Workspace ws;
+  size_t next = 0;
+  for (auto _ : state) {
+    matmul(views[next], x.data(), 1, y.data(), pool.get(), ws);
+    next = (next + 1) % views.size();
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
+  state.SetLabel(type_name(type) + " " + std::to_string(kRows) + "x" + std::to_string(kCols) + " x" +
+                 std::to_string(copies) + " threads=" + std::to_string(num_threads) + " " + isa_name(isa));
+}
+
+void dram_args(benchmark::internal::Benchmark* b) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (int64_t threads : {1, 2}) {
+      for (Isa isa : usable_isas()) {
+        if (isa != Isa::kScalar) b->Args({static_cast<int64_t>(t), threads, static_cast<int64_t>(isa)});
+      }
+    }
+  }
+}
+BENCHMARK(BM_MatmulFromDram)->Apply(dram_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace pagellm::kernels
