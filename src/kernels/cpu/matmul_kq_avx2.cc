@@ -3,11 +3,11 @@
 // matmul_kq_avx512vnni.cc: both form the oracle's exact int32 sums, then its float steps.
 //
 // A ymm holds 8 rows: the tile is done in two halves (rows 8h .. 8h + 7 are the h-th 32 bytes of
-// every 64-byte quant vector). There is no VPDPBUSD: VPMADDUBSW multiplies the unsigned quant
-// bytes by 4 broadcast activation bytes into int16 pairs (at most 2 * 63 * 127 = 16002: no
-// saturation), VPMADDWD against ones adds the pairs into the row's int32 lane. IQ4_XS's q + 128
-// would saturate (2 * 241 * 127), so there the signed code-book value is split as |q| and the
-// activation takes q's sign (VPSIGNB), and no offset is subtracted.
+// every 64-byte quant vector), side by side for 1 or 2 tokens, one after the other for more. There is no VPDPBUSD:
+// VPMADDUBSW multiplies the unsigned quant bytes by 4 broadcast activation bytes into int16 pairs (at most 2 * 63 * 127
+// = 16002: no saturation), VPMADDWD against ones adds the pairs into the row's int32 lane. IQ4_XS's q + 128 would
+// saturate (2 * 241 * 127), so there the signed code-book value is split as |q| and the activation takes q's sign
+// (VPSIGNB), and no offset is subtracted.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -64,81 +64,95 @@ inline __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Rows 8h .. 8h + 7 of the tile x M tokens -> out[k * 16 + 8h + r].
+// One super-block group g (block b of each token's activations) for rows 8h .. 8h + 7 (v.h) of
+// the tile x M tokens, into acc[k]. prefetch: this call also prefetches the group's lines
+// kPrefetchBytes ahead (one of the halves does).
 template <class D, int M>
-void kq_half(const uint8_t* tile, int h, const void* xv, int64_t xs, int64_t nb, float* out) {
+__attribute__((always_inline)) inline void kq_group_half(const S256& v, const uint8_t* g, const void* xv, int64_t xs,
+                                                         int64_t b, bool prefetch, __m256* acc) {
   using A = Act<D::kQK>;
   const auto* x = static_cast<const typename A::Block*>(xv);
   constexpr int kSubs = D::kQK / D::kSub;
   constexpr int64_t kGroup = kRows * static_cast<int64_t>(sizeof(typename D::Block));
   constexpr bool kSigned = D::kOffset == 128;  // see the file comment
-  const S256 v{h};
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[M];
-  for (int k = 0; k < M; ++k) acc[k] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = tile + b * kGroup;
-    __m256i isum[M], msum[M];
-    for (int k = 0; k < M; ++k) isum[k] = msum[k] = _mm256_setzero_si256();
+  __m256i isum[M], msum[M];
+  for (int k = 0; k < M; ++k) isum[k] = msum[k] = _mm256_setzero_si256();
 #pragma GCC unroll 16
-    for (int s = 0; s < kSubs; ++s) {
-      __m256i sc, mn;
-      D::scale(v, g, s, sc, mn);
-      // KI independent chains per token (exact integers: any split is the same sum), to hide
-      // their latency when few tokens share the weights. The int16 pair sums of G consecutive
-      // quant steps add up without overflow (|pair| <= 2 * kUMax * 127, or 2 * 127 * 127 signed)
-      // before one VPMADDWD takes them to int32.
-      constexpr int KI = M == 1 ? 4 : M == 2 ? 2 : 1;
-      constexpr int kPair = 2 * (kSigned ? 127 : D::kUMax) * 127;
-      constexpr int G = std::min(D::kSub / 4, 32767 / kPair);
-      __m256i a[M][KI];
-      for (int k = 0; k < M; ++k)
-        for (int i = 0; i < KI; ++i) a[k][i] = _mm256_setzero_si256();
+  for (int s = 0; s < kSubs; ++s) {
+    __m256i sc, mn;
+    D::scale(v, g, s, sc, mn);
+    // KI independent chains per token (exact integers: any split is the same sum), to hide
+    // their latency when few tokens share the weights. The int16 pair sums of G consecutive
+    // quant steps add up without overflow (|pair| <= 2 * kUMax * 127, or 2 * 127 * 127 signed)
+    // before one VPMADDWD takes them to int32.
+    constexpr int KI = M == 1 ? 4 : M == 2 ? 2 : 1;
+    constexpr int kPair = 2 * (kSigned ? 127 : D::kUMax) * 127;
+    constexpr int G = std::min(D::kSub / 4, 32767 / kPair);
+    __m256i a[M][KI];
+    for (int k = 0; k < M; ++k)
+      for (int i = 0; i < KI; ++i) a[k][i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-      for (int j0 = 0; j0 < D::kSub / 4; j0 += G) {
-        __m256i p16[M];
-        for (int k = 0; k < M; ++k) p16[k] = _mm256_setzero_si256();
+    for (int j0 = 0; j0 < D::kSub / 4; j0 += G) {
+      __m256i p16[M];
+      for (int k = 0; k < M; ++k) p16[k] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int j = j0; j < j0 + G; ++j) {
-          if (const int64_t line = 64 * (s * (D::kSub / 4) + j); h == 0 && line < kGroup) {
-            _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + line), _MM_HINT_T0);
-          }
-          __m256i u = D::quants(v, g, s, j), w = u;
-          if constexpr (kSigned) {
-            w = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));  // the signed value
-            u = _mm256_sign_epi8(w, w);                                          // |q|
-          }
-          for (int k = 0; k < M; ++k) {
-            __m256i xc = bcast4(x[k * xs + b].qs + s * D::kSub + 4 * j);
-            if constexpr (kSigned) xc = _mm256_sign_epi8(xc, w);
-            p16[k] = _mm256_add_epi16(p16[k], _mm256_maddubs_epi16(u, xc));
-          }
+      for (int j = j0; j < j0 + G; ++j) {
+        if (const int64_t line = 64 * (s * (D::kSub / 4) + j); prefetch && line < kGroup) {
+          _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + line), _MM_HINT_T0);
+        }
+        __m256i u = D::quants(v, g, s, j), w = u;
+        if constexpr (kSigned) {
+          w = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));  // the signed value
+          u = _mm256_sign_epi8(w, w);                                          // |q|
         }
         for (int k = 0; k < M; ++k) {
-          __m256i& acc_k = a[k][(j0 / G) % KI];
-          acc_k = _mm256_add_epi32(acc_k, _mm256_madd_epi16(p16[k], ones));
+          __m256i xc = bcast4(x[k * xs + b].qs + s * D::kSub + 4 * j);
+          if constexpr (kSigned) xc = _mm256_sign_epi8(xc, w);
+          p16[k] = _mm256_add_epi16(p16[k], _mm256_maddubs_epi16(u, xc));
         }
       }
       for (int k = 0; k < M; ++k) {
-        for (int i = 1; i < KI; ++i) a[k][0] = _mm256_add_epi32(a[k][0], a[k][i]);
-        const int32_t xsum = A::xsum(x[k * xs + b], s, D::kSub);
-        if constexpr (D::kOffset != 0 && !kSigned) {
-          a[k][0] = _mm256_sub_epi32(a[k][0], _mm256_set1_epi32(D::kOffset * xsum));
-        }
-        isum[k] = _mm256_add_epi32(isum[k], _mm256_mullo_epi32(sc, a[k][0]));
-        if constexpr (D::kHasMin) msum[k] = _mm256_add_epi32(msum[k], _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum)));
+        __m256i& acc_k = a[k][(j0 / G) % KI];
+        acc_k = _mm256_add_epi32(acc_k, _mm256_madd_epi16(p16[k], ones));
       }
     }
-    const __m256 d = v.halves(field(g, D::kD));
-    const __m256 dm = D::kNegMin ? _mm256_sub_ps(_mm256_setzero_ps(), v.halves(field(g, D::kDmin)))
-                                 : v.halves(field(g, D::kDmin));  // -dmin or +m
     for (int k = 0; k < M; ++k) {
-      const __m256 dx = _mm256_set1_ps(x[k * xs + b].d);
-      acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_mul_ps(d, dx), acc[k]);
-      if constexpr (D::kHasMin) acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[k]), _mm256_mul_ps(dm, dx), acc[k]);
+      for (int i = 1; i < KI; ++i) a[k][0] = _mm256_add_epi32(a[k][0], a[k][i]);
+      const int32_t xsum = A::xsum(x[k * xs + b], s, D::kSub);
+      if constexpr (D::kOffset != 0 && !kSigned) {
+        a[k][0] = _mm256_sub_epi32(a[k][0], _mm256_set1_epi32(D::kOffset * xsum));
+      }
+      isum[k] = _mm256_add_epi32(isum[k], _mm256_mullo_epi32(sc, a[k][0]));
+      if constexpr (D::kHasMin) msum[k] = _mm256_add_epi32(msum[k], _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum)));
     }
   }
-  for (int k = 0; k < M; ++k) _mm256_storeu_ps(out + k * kRows + 8 * h, acc[k]);
+  const __m256 d = v.halves(field(g, D::kD));
+  const __m256 dm = D::kNegMin ? _mm256_sub_ps(_mm256_setzero_ps(), v.halves(field(g, D::kDmin)))
+                               : v.halves(field(g, D::kDmin));  // -dmin or +m
+  for (int k = 0; k < M; ++k) {
+    const __m256 dx = _mm256_set1_ps(x[k * xs + b].d);
+    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_mul_ps(d, dx), acc[k]);
+    if constexpr (D::kHasMin) acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[k]), _mm256_mul_ps(dm, dx), acc[k]);
+  }
+}
+
+// Halves [h0, h0 + NH) of the tile x M tokens -> out[k * 16 + 8h + r]. NH = 2 walks the weights
+// once, both halves of each group together, so the weight stream is even (decode: the group's
+// lines are consumed while the next ones arrive); NH = 1 is for many tokens, whose accumulators
+// of both halves would not fit the 16 ymm registers. Either way the same sums in the same order.
+template <class D, int M, int NH>
+void kq_pass(const uint8_t* tile, int h0, const void* x, int64_t xs, int64_t nb, float* out) {
+  constexpr int64_t kGroup = kRows * static_cast<int64_t>(sizeof(typename D::Block));
+  __m256 acc[NH][M];
+  for (int hh = 0; hh < NH; ++hh)
+    for (int k = 0; k < M; ++k) acc[hh][k] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = tile + b * kGroup;
+    for (int hh = 0; hh < NH; ++hh) kq_group_half<D, M>(S256{h0 + hh}, g, x, xs, b, h0 + hh == 0, acc[hh]);
+  }
+  for (int hh = 0; hh < NH; ++hh)
+    for (int k = 0; k < M; ++k) _mm256_storeu_ps(out + k * kRows + 8 * (h0 + hh), acc[hh][k]);
 }
 
 }  // namespace
@@ -148,8 +162,12 @@ void dot_tile_avx2(const void* tile, const void* x, int64_t xs, int64_t nb, int 
   const auto* t = static_cast<const uint8_t*>(tile);
   with_m<kMaxTileTokens>(m, [&](auto mc) {
     using D = typename DecoderOf<T, S256>::type;
-    kq_half<D, mc.value>(t, 0, x, xs, nb, out);
-    kq_half<D, mc.value>(t, 1, x, xs, nb, out);
+    if constexpr (mc.value <= 2) {
+      kq_pass<D, mc.value, 2>(t, 0, x, xs, nb, out);
+    } else {
+      kq_pass<D, mc.value, 1>(t, 0, x, xs, nb, out);
+      kq_pass<D, mc.value, 1>(t, 1, x, xs, nb, out);
+    }
   });
 }
 template void dot_tile_avx2<GgmlType::Q4_1>(const void*, const void*, int64_t, int64_t, int, float*);
