@@ -346,10 +346,13 @@ class Loader {
     }
   }
 
-  // Whether the output matrix is the embedding (config.json, default false as in transformers'
-  // PretrainedConfig; a missing lm_head.weight also means tied, as the converter reads it).
+  // Whether the output matrix is the embedding. config.json's tie_word_embeddings decides when
+  // present; when absent, a missing lm_head.weight means tied (as llama.cpp's converter reads
+  // it). An explicit false with no lm_head.weight is refused in bind_tensors(): transformers
+  // would initialise a random head there, and tying instead would hide a broken checkpoint.
   bool tied() const {
-    return config_.boolean_opt("tie_word_embeddings").value_or(false) || !by_name_.contains("lm_head.weight");
+    if (auto t = config_.boolean_opt("tie_word_embeddings")) return *t;
+    return !by_name_.contains("lm_head.weight");
   }
 
   // generation_config.json's sampling fields -> general.sampling.* (llama.cpp's keys), the

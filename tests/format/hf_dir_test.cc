@@ -278,6 +278,60 @@ TEST_F(HfDirEdit, ShardedWeightsLoadAsOne) {
   expect_error([&] { open_model_file(dir()); }, {"model.safetensors.index.json", "weight_map.model.norm.weight"});
 }
 
+// tie_word_embeddings decides when config.json sets it; only its absence lets a missing
+// lm_head.weight mean tied. The fixture stores the matrix once, as lm_head.weight.
+TEST_F(HfDirEdit, TieWordEmbeddingsFalseWithoutLmHeadIsRefused) {
+  // Rewrite model.safetensors with lm_head.weight renamed model.embed_tokens.weight.
+  auto whole = SafetensorsFile::open(dir() + "/model.safetensors");
+  json header = json::object();
+  std::string data;
+  for (const SafetensorsTensor& t : whole->tensors()) {
+    const std::string name = t.name == "lm_head.weight" ? "model.embed_tokens.weight" : t.name;
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + (t.end - t.begin)}}};
+    data.append(reinterpret_cast<const char*>(t.data), t.end - t.begin);
+  }
+  ASSERT_TRUE(header.contains("model.embed_tokens.weight"));
+  whole.reset();
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  const uint64_t n = h.size();
+  {
+    std::ofstream out(dir_ / "model.safetensors", std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << h << data;
+  }
+  json c = read("config.json");
+  c["tie_word_embeddings"] = false;
+  write("config.json", c);
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "tie_word_embeddings", "no 'lm_head.weight'"});
+  for (const bool absent : {true, false}) {
+    if (absent) {
+      c.erase("tie_word_embeddings");
+    } else {
+      c["tie_word_embeddings"] = true;
+    }
+    write("config.json", c);
+    auto f = open_model_file(dir());
+    EXPECT_EQ(f->find_tensor("output.weight"), nullptr) << absent;
+    ASSERT_NE(f->find_tensor("token_embd.weight"), nullptr) << absent;
+  }
+}
+
+// An explicit false with lm_head.weight stored gets its own output matrix.
+TEST_F(HfDirEdit, TieWordEmbeddingsFalseBindsLmHead) {
+  json c = read("config.json");
+  c["tie_word_embeddings"] = false;
+  write("config.json", c);
+  auto f = open_model_file(dir());
+  const GgufTensorInfo* out = f->find_tensor("output.weight");
+  const GgufTensorInfo* embd = f->find_tensor("token_embd.weight");
+  ASSERT_NE(out, nullptr);
+  ASSERT_NE(embd, nullptr);
+  EXPECT_EQ(out->ne, embd->ne);
+  EXPECT_EQ(std::memcmp(out->data, embd->data, out->size_bytes), 0);  // the same stored bytes
+}
+
 TEST_F(HfDirEdit, UnsupportedTokenizerIsNamed) {
   json t = read("tokenizer.json");
   t["model"]["type"] = "Unigram";
