@@ -344,6 +344,15 @@ class Loader {
     if (!tied() && !by_name_.contains("lm_head.weight")) {
       config_.fail("tie_word_embeddings", "is false, but the safetensors hold no 'lm_head.weight'");
     }
+    // vocab_size sizes the token table built next: checked against the matrices first, so that
+    // a small model's config cannot make the loader allocate 2^24 token strings.
+    for (const GgufTensorInfo& t : tensors_) {
+      if ((t.name == "token_embd.weight" || t.name == "output.weight") &&
+          (t.ne.size() != 2 || t.ne[1] != vocab_size_)) {
+        config_.fail("vocab_size", "= " + std::to_string(vocab_size_) + ", but '" + t.name + "' has " +
+                                       (t.ne.size() == 2 ? std::to_string(t.ne[1]) : std::string("no")) + " rows");
+      }
+    }
   }
 
   // Whether the output matrix is the embedding. config.json's tie_word_embeddings decides when

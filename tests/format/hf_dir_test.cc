@@ -164,9 +164,18 @@ TEST_F(HfDirEdit, WrongConfigTypesAndValuesAreNamed) {
   write("config.json", c);
   expect_error([&] { open_model_file(dir()); }, {"config.json", "rope_scaling.rope_type", "yarn"});
   c["rope_scaling"] = nullptr;
-  c["vocab_size"] = 100;  // fewer than the tokenizer's ids
+  c["vocab_size"] = 100;  // fewer than the embedding's rows
   write("config.json", c);
-  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "vocab_size"});
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "vocab_size", "'token_embd.weight' has 2048 rows"});
+  c["vocab_size"] = 1 << 24;  // the largest accepted: refused before a token table is built
+  write("config.json", c);
+  expect_error([&] { open_model_file(dir()); }, {"config.json", "vocab_size' = 16777216", "2048 rows"});
+  c["vocab_size"] = 2048;
+  write("config.json", c);
+  json t = read("tokenizer.json");
+  t["added_tokens"].push_back({{"id", 5000}, {"content", "<extra>"}, {"special", true}});
+  write("tokenizer.json", t);  // an id past vocab_size
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "5000", "vocab_size 2048"});
   std::ofstream(dir_ / "config.json") << "{\"architectures\": [";
   expect_error([&] { open_model_file(dir()); }, {"config.json", "not valid JSON"});
   fs::remove(dir_ / "config.json");
