@@ -14,20 +14,27 @@ BpeTokenizer::BpeTokenizer(const Vocab& vocab, const std::vector<std::string>& m
   std::string joined;
   for (size_t i = 0; i < merges.size(); ++i) {
     const std::string& m = merges[i];
-    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
+    size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
     if (sp == std::string::npos) {
       throw Error("tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + m + "' has no space separator");
     }
-    const std::string_view left(m.data(), sp);
-    const std::string_view right(m.data() + sp + 1, m.size() - sp - 1);
-    const int32_t l = vocab_.find(left);
-    const int32_t r = vocab_.find(right);
-    if (l < 0 || r < 0) continue;
-    joined.assign(left);
-    joined.append(right);
-    const int32_t result = vocab_.find(joined);
-    if (result < 0) continue;
-    ranks_.emplace(key(l, r), Merge{static_cast<int32_t>(i), result});  // first (lowest) rank wins
+    // "a b" cannot say which space separates when a token holds one (tokenizer.json's
+    // [["a b", "c"]] form can, and is joined with a space in the GGUF key): the first space
+    // whose split names two tokens that join to a third is the separator. The first space is
+    // llama.cpp's split, so wherever that split is a real merge the result is the same.
+    for (; sp != std::string::npos; sp = m.find(' ', sp + 1)) {
+      const std::string_view left(m.data(), sp);
+      const std::string_view right(m.data() + sp + 1, m.size() - sp - 1);
+      const int32_t l = vocab_.find(left);
+      const int32_t r = vocab_.find(right);
+      if (l < 0 || r < 0) continue;
+      joined.assign(left);
+      joined.append(right);
+      const int32_t result = vocab_.find(joined);
+      if (result < 0) continue;
+      ranks_.emplace(key(l, r), Merge{static_cast<int32_t>(i), result});  // first (lowest) rank wins
+      break;
+    }
   }
 }
 

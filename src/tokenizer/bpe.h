@@ -27,7 +27,9 @@ namespace pagellm {
 class BpeTokenizer {
  public:
   // `merges` are "left right" strings, rank = index (tokenizer.ggml.merges); split at the
-  // first space after the first byte, as llama.cpp. `vocab` must outlive this object.
+  // first space after the first byte, as llama.cpp, or when that split is no merge of
+  // vocabulary tokens, at the first later space that is (tokens that hold spaces).
+  // `vocab` must outlive this object.
   // Throws pagellm::Error naming the merge when it has no separating space.
   BpeTokenizer(const Vocab& vocab, const std::vector<std::string>& merges, bool ignore_merges);
 
