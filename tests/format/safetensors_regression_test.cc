@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,52 @@ Outcome replay(const std::vector<uint8_t>& bytes, const std::string& name, std::
   return Outcome::kOther;
 }
 
+// Why each hand-made bad-* input must be refused: a part of the message that names its defect.
+// An input refused for another reason (an earlier check catching it by accident) fails, and so
+// does a bad-* file without an entry here.
+const std::map<std::string, std::string>& bad_reasons() {
+  static const std::map<std::string, std::string> reasons = {
+      {"bad-empty-file", "too small"},
+      {"bad-seven-bytes", "too small"},
+      {"bad-header-length-past-end", "runs past the end of the file"},
+      {"bad-header-length-u64-max", "exceeds the 100 MiB limit"},
+      {"bad-header-length-over-100mib", "exceeds the 100 MiB limit"},
+      {"bad-header-not-json", "not valid JSON"},
+      {"bad-header-invalid-utf8", "not valid JSON"},
+      {"bad-header-is-array", "not a JSON object"},
+      {"bad-header-is-string", "not a JSON object"},
+      {"bad-header-zero-length", "not valid JSON"},
+      {"bad-entry-not-object", "tensor 'w': entry is not an object"},
+      {"bad-dtype-missing", "'dtype' is missing"},
+      {"bad-dtype-unknown", "\"Q4_K\" is not a safetensors dtype"},
+      {"bad-dtype-lowercase", "\"f32\" is not a safetensors dtype"},
+      {"bad-dtype-number", "'dtype' is missing or not a string"},
+      {"bad-shape-missing", "'shape' is missing"},
+      {"bad-shape-negative", "'shape' entry -2 is not an integer"},
+      {"bad-shape-float", "'shape' entry 2.0 is not an integer"},
+      {"bad-shape-string", "'shape' entry \"2\" is not an integer"},
+      {"bad-shape-nine-dims", "'shape' has 9 dimensions"},
+      {"bad-shape-dim-2pow41", "'shape' entry 2199023255552 is not an integer in [0, 2^40]"},
+      {"bad-shape-dim-u64-max", "'shape' entry 18446744073709551615 is not an integer"},
+      {"bad-shape-product-overflow", "more than 2^50 elements"},
+      {"bad-shape-nested-deep", "'shape' entry an array is not an integer"},
+      {"bad-offsets-missing", "'data_offsets' is missing"},
+      {"bad-offsets-one-number", "not two non-negative integers"},
+      {"bad-offsets-negative", "not two non-negative integers"},
+      {"bad-offsets-reversed", "'data_offsets' [8, 0] is outside the data section"},
+      {"bad-offsets-past-end", "'data_offsets' [4, 12] is outside the data section"},
+      {"bad-offsets-u64-max", "is outside the data section"},
+      {"bad-offsets-span-too-short", "span 4 bytes, but shape x F32 needs 8"},
+      {"bad-offsets-span-too-long", "span 8 bytes, but shape x F32 needs 4"},
+      {"bad-offsets-overlap", "overlap"},
+      {"bad-offsets-same-range", "overlap"},
+      {"bad-metadata-not-object", "__metadata__ is not an object"},
+      {"bad-metadata-value-not-string", "__metadata__.format is not a string"},
+      {"bad-metadata-value-nested-deep", "__metadata__.k is not a string"},
+  };
+  return reasons;
+}
+
 void replay_dir(const std::string& rel, size_t min_files) {
   const std::vector<fs::path> files = files_in(rel);
   ASSERT_GE(files.size(), min_files) << "missing inputs in " << rel;
@@ -65,6 +112,12 @@ void replay_dir(const std::string& rel, size_t min_files) {
     ASSERT_NE(o, Outcome::kOther) << detail;
     if (name.rfind("bad-", 0) == 0) {
       EXPECT_EQ(o, Outcome::kError) << "accepted a malformed file";
+      auto reason = bad_reasons().find(name);
+      if (reason == bad_reasons().end()) {
+        ADD_FAILURE() << "no expected reason for " << name << " in bad_reasons()";
+      } else {
+        EXPECT_NE(detail.find(reason->second), std::string::npos) << "refused for another reason: " << detail;
+      }
     }
     if (name.rfind("good-", 0) == 0 || name.rfind("seed-", 0) == 0) {
       EXPECT_EQ(o, Outcome::kParsed) << "rejected a valid file: " << detail;
