@@ -1,0 +1,75 @@
+// The step-time cost model behind the step-time budget (stall-free batching: Agrawal et al.
+// 2024, "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", OSDI): a step's
+// wall time predicted from what it computes,
+//
+//   t = c_step + c_token * num_tokens + c_attn * num_attn_pairs / 1024          (seconds)
+//
+// num_tokens: tokens in the flat batch (decodes, prefill chunks and verify tokens alike);
+// num_attn_pairs: (query, key) pairs the attention reads, sum over the step's tokens of the
+// positions each one attends (a chunk of n tokens from position p: n p + n (n + 1) / 2). c_step
+// is what a step costs whatever it holds (reading every weight once, the per-step overhead),
+// c_token the per-token matmul and MLP work, c_attn the per-pair attention work.
+//
+// Fitted online from measured steps: exponentially weighted least squares (forgetting factor
+// kForget per step, so the model follows the load and the context lengths as they change), with
+// the coefficients kept non-negative (the best of the 8 subsets of free coefficients, the others
+// 0: an exact non-negative least squares for 3 unknowns). Until the steps seen determine the
+// coefficients, each term takes an equal share of the time seen, which over-predicts a larger
+// prefill chunk (its tokens and attention pairs grow) rather than under-predicts it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace pagellm {
+
+// What one step computes: the model's inputs.
+struct StepFeatures {
+  int64_t num_tokens = 0;
+  int64_t num_attn_pairs = 0;
+
+  // The features of `n` tokens at positions [start, start + n) of one sequence.
+  static StepFeatures chunk(int64_t start, int64_t n);
+  StepFeatures& operator+=(const StepFeatures& o) {
+    num_tokens += o.num_tokens;
+    num_attn_pairs += o.num_attn_pairs;
+    return *this;
+  }
+};
+
+class StepCostModel {
+ public:
+  static constexpr double kForget = 0.98;  // weight of a step 35 steps old: 0.5
+  StepCostModel() = default;
+  // A model that never learns (tests, and a user who knows the machine): these coefficients.
+  static StepCostModel fixed(double c_step, double c_token, double c_attn);
+
+  // Adds one measured step (seconds > 0; a step with no tokens or a non-finite time is ignored)
+  // and refits. No effect on a fixed model.
+  void observe(const StepFeatures& f, double seconds);
+  // Predicted seconds of a step with features f; 0 until a step has been observed.
+  double predict(const StepFeatures& f) const;
+  // Whether predictions mean anything: fixed, or at least one step observed.
+  bool ready() const { return fixed_ || num_observed_ > 0; }
+
+  double c_step() const { return c_[0]; }
+  double c_token() const { return c_[1]; }
+  double c_attn() const { return c_[2]; }
+  int64_t num_observed() const { return num_observed_; }
+  // Exponentially weighted mean of |predicted - measured| / measured over the observed steps,
+  // each predicted before it was added: how far the budget can be trusted.
+  double mean_relative_error() const { return mean_rel_error_; }
+
+ private:
+  void refit();
+
+  std::array<double, 3> c_{0, 0, 0};
+  std::array<std::array<double, 3>, 3> xx_{};  // sum of w x x^T
+  std::array<double, 3> xy_{};                 // sum of w x y
+  double yy_ = 0;                              // sum of w y^2
+  int64_t num_observed_ = 0;
+  double mean_rel_error_ = 0;
+  bool fixed_ = false;
+};
+
+}  // namespace pagellm
