@@ -74,12 +74,37 @@ void Scheduler::preempt(Request* r) {
   insert_waiting(r);
 }
 
+int64_t Scheduler::prefill_chunk(int64_t start, int64_t remaining, const Budget& b) const {
+  const int64_t n = std::min(remaining, b.tokens);
+  if (!b.timed || n <= 0) return n;
+  // The largest m <= n whose step fits the time (the prediction grows with m).
+  auto fits = [&](int64_t m) {
+    StepFeatures f = b.used;
+    f += StepFeatures::chunk(start, m);
+    return cost_model_.predict(f) <= limits_.max_step_seconds;
+  };
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  if (!b.prefill_granted) lo = std::max(lo, std::min(n, std::max<int64_t>(1, limits_.min_prefill_chunk)));
+  return lo;
+}
+
 // Step 1. Returns false when a preemption happened (then no waiting request is admitted).
-bool Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
+bool Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
   bool preempted_any = false;
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+  for (size_t i = 0; i < running_.size() && budget.tokens > 0; ++i) {
     Request* r = running_[i];
-    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    const int64_t remaining = r->num_tokens() - r->num_computed_tokens;
+    // A decode's token is always granted (its time was reserved); a chunk gets what fits.
+    const bool decode = remaining == 1;
+    const int64_t n = decode ? 1 : prefill_chunk(r->num_computed_tokens, remaining, budget);
     if (n <= 0) continue;
     kv_.release_out_of_window(r->request_id, r->num_computed_tokens);  // before it asks for more
     bool self_preempted = false;
@@ -96,7 +121,11 @@ bool Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
     }
     if (self_preempted) break;
     out.scheduled.push_back(ScheduledRequest{r, n});
-    budget -= n;
+    budget.tokens -= n;
+    if (!decode) {
+      budget.used += StepFeatures::chunk(r->num_computed_tokens, n);
+      budget.prefill_granted = true;
+    }
   }
   return !preempted_any;
 }
@@ -105,9 +134,9 @@ bool Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
 // request takes 1 + num_fork_seats slots (an n > 1 leader reserves its members' slots), so the
 // forks at its first token stay within max_num_seqs; num_fork_seats <= max_num_seqs - 1, so an
 // idle scheduler always admits the head.
-void Scheduler::schedule_waiting(SchedulerOutput& out, int64_t& budget) {
+void Scheduler::schedule_waiting(SchedulerOutput& out, Budget& budget) {
   int64_t seats = num_seats_taken();
-  while (!waiting_.empty() && budget > 0) {
+  while (!waiting_.empty() && budget.tokens > 0) {
     Request* r = waiting_.front();
     if (seats + 1 + r->num_fork_seats > limits_.max_num_seqs) break;
     PrefixHit hit;
@@ -115,7 +144,8 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, int64_t& budget) {
       hit = kv_.find_cached_prefix(r->all_token_ids(), r->prefix_root_hash);
     }
     const int64_t start = r->num_computed_tokens + hit.num_tokens;
-    const int64_t n = std::min(r->num_tokens() - start, budget);
+    const int64_t n = prefill_chunk(start, r->num_tokens() - start, budget);
+    if (n <= 0) break;  // no time left this step: FCFS, nobody overtakes the head
     if (!kv_.allocate_slots(r->request_id, start + n, hit.blocks.empty() ? nullptr : &hit)) break;
     if (r->num_computed_tokens == 0 && kv_.prefix_caching()) {
       prefix_cache_queries_ += r->num_tokens();
@@ -128,13 +158,22 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, int64_t& budget) {
     running_.insert(std::upper_bound(running_.begin(), running_.end(), r, better), r);
     seats += 1 + r->num_fork_seats;
     out.scheduled.push_back(ScheduledRequest{r, n});
-    budget -= n;
+    budget.tokens -= n;
+    budget.used += StepFeatures::chunk(start, n);
+    budget.prefill_granted = true;
   }
 }
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
-  int64_t budget = limits_.max_num_batched_tokens;
+  Budget budget;
+  budget.tokens = limits_.max_num_batched_tokens;
+  budget.timed = limits_.max_step_seconds > 0 && cost_model_.ready();
+  if (budget.timed) {
+    for (const Request* r : running_) {
+      if (r->num_tokens() - r->num_computed_tokens == 1) budget.used += StepFeatures::chunk(r->num_computed_tokens, 1);
+    }
+  }
   if (schedule_running(out, budget)) schedule_waiting(out, budget);
   // A request preempted after being granted tokens earlier in this step cannot happen: victims
   // are taken from the back, behind every request already granted.
@@ -143,7 +182,9 @@ SchedulerOutput Scheduler::schedule() {
     const Request& r = *s.request;
     const bool reaches_end = r.num_computed_tokens + s.num_scheduled_tokens == r.num_tokens();
     s.num_logits_rows = reaches_end ? static_cast<int32_t>(1 + s.num_spec_tokens) : 0;
+    out.features += StepFeatures::chunk(r.num_computed_tokens, s.num_scheduled_tokens);
   }
+  out.predicted_seconds = cost_model_.predict(out.features);
   return out;
 }
 

@@ -14,8 +14,15 @@
 //      prefix-cached full blocks (at least one token is always left to compute), then gets a prefill chunk of
 //      min(remaining, budget_left) tokens (chunked prefill). A waiting request never preempts; if its blocks do not
 //      fit, admission stops (FCFS: no overtaking of the head of the queue).
+// With a step-time budget (max_step_seconds > 0; Sarathi-Serve's stall-free batching, Agrawal et
+// al. 2024), prefill chunks are also sized so that the step's predicted time (StepCostModel,
+// sched/step_cost_model.h, fitted from the measured steps) stays within it: every running
+// decode's token is reserved first (decodes never wait behind a prefill), then chunks take what
+// time is left, in the order above. The first prefill chunk of a step always gets
+// min(remaining, min_prefill_chunk) tokens even when no time is left, so a prompt makes progress
+// every step (a prompt of P tokens at the head waits at most ceil(P / min_prefill_chunk) steps).
 // The scheduler decides and allocates; the engine runs the forward pass and then calls
-// on_step_done() to advance num_computed_tokens.
+// on_step_done() to advance num_computed_tokens, and observe_step() with the step's time.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +33,7 @@
 
 #include "kv/kv_cache_manager.h"
 #include "sched/request.h"
+#include "sched/step_cost_model.h"
 
 namespace pagellm {
 
@@ -34,6 +42,8 @@ namespace pagellm {
 struct SchedulerLimits {
   int32_t max_num_seqs = 0;            // requests running at once
   int64_t max_num_batched_tokens = 0;  // tokens per step
+  double max_step_seconds = 0;         // step-time budget, seconds; 0: none (tokens only)
+  int64_t min_prefill_chunk = 1;       // tokens the step's first prefill chunk always gets
 };
 
 struct ScheduledRequest {
@@ -55,6 +65,8 @@ struct SchedulerOutput {
   std::vector<std::string> preempted;                       // preempted during this schedule()
   std::vector<std::pair<int32_t, int32_t>> blocks_to_copy;  // (src, dst): copy-on-write, before the forward
   int64_t num_scheduled_tokens = 0;
+  StepFeatures features;         // of the whole step (StepCostModel's inputs)
+  double predicted_seconds = 0;  // the cost model's time for it (0 before any step is measured)
 };
 
 class Scheduler {
@@ -76,6 +88,12 @@ class Scheduler {
   // is truncated to it (KvCacheManager::truncate). The caller drops the rejected tokens from
   // output_token_ids. Precondition: 0 <= num_rejected <= num_computed_tokens.
   void roll_back(Request& r, int64_t num_rejected);
+  // Feeds the measured wall time of the step `out` describes (schedule to outputs, seconds) to
+  // the cost model.
+  void observe_step(const SchedulerOutput& out, double seconds) { cost_model_.observe(out.features, seconds); }
+  // Replaces the cost model (StepCostModel::fixed in tests).
+  void set_cost_model(const StepCostModel& m) { cost_model_ = m; }
+  const StepCostModel& cost_model() const { return cost_model_; }
   // Marks a live request finished with `status`, frees its blocks now and returns it (nullptr
   // for an unknown id).
   std::unique_ptr<Request> finish_request(const std::string& request_id, RequestStatus status);
@@ -96,11 +114,21 @@ class Scheduler {
   std::vector<std::string> waiting_ids() const;
 
  private:
+  // What is left of this step: tokens, and with a time budget the features already spent
+  // (every running decode's, reserved up front, plus the chunks granted).
+  struct Budget {
+    int64_t tokens = 0;
+    bool timed = false;
+    StepFeatures used;
+    bool prefill_granted = false;
+  };
   static bool better(const Request* a, const Request* b);
   void insert_waiting(Request* r);
   void preempt(Request* r);
-  bool schedule_running(SchedulerOutput& out, int64_t& budget);
-  void schedule_waiting(SchedulerOutput& out, int64_t& budget);
+  // Tokens to grant a chunk of `remaining` tokens from position `start` (not yet charged).
+  int64_t prefill_chunk(int64_t start, int64_t remaining, const Budget& b) const;
+  bool schedule_running(SchedulerOutput& out, Budget& budget);
+  void schedule_waiting(SchedulerOutput& out, Budget& budget);
 
   SchedulerLimits limits_;
   KvCacheManager& kv_;
@@ -110,6 +138,7 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
+  StepCostModel cost_model_;
 };
 
 }  // namespace pagellm
