@@ -30,6 +30,14 @@ Handler add_serve(CLI::App& app) {
                  "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: 16 full contexts, "
                  "at most 1 GiB");
   app.add_option("--kv-dtype", *kv_dtype, "KV cache dtype: f32 or f16")->capture_default_str();
+  auto* max_step = app.add_option("--max-step-ms", e.max_step_ms,
+                                  "Step-time budget (ms): prefill chunks are sized so that a step's predicted time "
+                                  "stays within it and running decodes never wait behind a long prompt (0: none)")
+                       ->capture_default_str();
+  auto target_itl = std::make_shared<double>(0);
+  app.add_option("--target-itl-ms", *target_itl, "Inter-token latency target (ms): sets --max-step-ms to 0.9 x it")
+      ->excludes(max_step)
+      ->check(CLI::Range(0.0, 3.6e6));
   app.add_flag(
       "--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
       "Turn off automatic prefix caching (shared KV blocks for shared prompt prefixes)");
@@ -69,8 +77,9 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--drain-timeout", o->drain_timeout_seconds,
                  "Seconds to let running requests finish after SIGINT/SIGTERM")
       ->capture_default_str();
-  return [o, kv_dtype, kv_cache_memory] {
+  return [o, kv_dtype, kv_cache_memory, target_itl] {
     EngineConfig& e = o->engine;
+    if (*target_itl > 0) e.max_step_ms = 0.9 * *target_itl;  // headroom for the model's error
     if (e.model_path.empty()) e.model_path = default_model_path();
     if (o->api_key.empty()) {
       if (const char* key = std::getenv("PAGELLM_API_KEY")) o->api_key = key;

@@ -100,6 +100,15 @@ struct AsyncEngine::Impl {
     stats.prefix_cache_queries = s.prefix_cache_queries();
     stats.prefix_cache_hits = s.prefix_cache_hits();
     stats.num_cached_blocks = pool.num_cached_blocks();
+    const StepCostModel& m = s.cost_model();
+    stats.max_step_seconds = s.limits().max_step_seconds;
+    stats.step_cost_c_step = m.c_step();
+    stats.step_cost_c_token = m.c_token();
+    stats.step_cost_c_attn = m.c_attn();
+    stats.step_cost_mean_relative_error = m.mean_relative_error();
+    stats.last_step_seconds = core.last_step_seconds();
+    stats.last_step_predicted_seconds = core.last_step_predicted_seconds();
+    stats.step_seconds_total = core.step_seconds_total();
     num_queued = static_cast<int64_t>(inbox.size()) + stats.num_waiting;
   }
 

@@ -26,11 +26,17 @@ struct EngineConfig {
   int32_t max_num_seqs = 64;              // --max-num-seqs: requests running at once
   int32_t max_waiting = 1024;             // --max-waiting: waiting-queue bound (serve: 429 beyond)
   bool enable_prefix_caching = true;      // --no-prefix-caching turns it off (kv/kv_cache_manager.h)
+  // --max-step-ms: step-time budget (sched/scheduler.h), milliseconds; 0: none, the token
+  // budget alone sizes prefill chunks. --target-itl-ms T sets it to 0.9 T.
+  double max_step_ms = 0;
 
   // Throws pagellm::Error naming the flag and the value of the first setting out of range.
   void validate() const;
   // The scheduler's view of this configuration.
-  SchedulerLimits scheduler_limits() const { return SchedulerLimits{max_num_seqs, max_num_batched_tokens}; }
+  // The step's first prefill chunk gets at least one KV block of tokens.
+  SchedulerLimits scheduler_limits() const {
+    return SchedulerLimits{max_num_seqs, max_num_batched_tokens, max_step_ms / 1000.0, block_size};
+  }
 };
 
 // "f32" -> F32, "f16" -> F16; throws pagellm::Error naming --kv-dtype for anything else.

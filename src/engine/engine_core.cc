@@ -249,6 +249,7 @@ std::vector<EngineCoreOutput> EngineCore::step() {
   const SchedulerOutput so = scheduler_.schedule();
   if (so.scheduled.empty()) return outputs;
   const double t_sched = engine_now();
+  last_step_predicted_seconds_ = so.predicted_seconds;
   for (const ScheduledRequest& s : so.scheduled) {
     RequestTimes& times = states_.at(s.request->request_id).times;
     if (times.first_scheduled == 0) times.first_scheduled = t_sched;
@@ -281,6 +282,10 @@ std::vector<EngineCoreOutput> EngineCore::step() {
     }
     outputs.push_back(std::move(out));
   }
+  // The step's time as a decode waits for it: forward, sampling and stop checks.
+  last_step_seconds_ = engine_now() - t_sched;
+  step_seconds_total_ += last_step_seconds_;
+  scheduler_.observe_step(so, last_step_seconds_);
   return outputs;
 }
 

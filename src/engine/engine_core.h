@@ -53,6 +53,11 @@ class EngineCore {
   int64_t num_waiting() const;
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineCounters& counters() const { return counters_; }
+  // Wall time of the last step (schedule to outputs) and the cost model's prediction for it,
+  // and the sum over all steps, seconds.
+  double last_step_seconds() const { return last_step_seconds_; }
+  double last_step_predicted_seconds() const { return last_step_predicted_seconds_; }
+  double step_seconds_total() const { return step_seconds_total_; }
   LLM& llm() { return llm_; }
 
  private:
@@ -87,6 +92,7 @@ class EngineCore {
   std::unordered_map<std::string, std::string> group_of_;  // request id -> group (unforked members)
   EngineCounters counters_;
   int64_t max_total_tokens_;  // min(context length, whole KV pool in tokens)
+  double last_step_seconds_ = 0, last_step_predicted_seconds_ = 0, step_seconds_total_ = 0;
 };
 
 }  // namespace pagellm

@@ -87,6 +87,13 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // tokens looked up in the prefix cache (at admission)
   int64_t prefix_cache_hits = 0;     // of which found cached
   int64_t num_cached_blocks = 0;     // blocks registered in the prefix cache now
+  // The step-time budget (sched/step_cost_model.h): the budget (0: none), the fitted
+  // coefficients, the model's mean relative error, the last step's measured and predicted time
+  // and the sum of all steps' times, seconds.
+  double max_step_seconds = 0;
+  double step_cost_c_step = 0, step_cost_c_token = 0, step_cost_c_attn = 0;
+  double step_cost_mean_relative_error = 0;
+  double last_step_seconds = 0, last_step_predicted_seconds = 0, step_seconds_total = 0;
 };
 
 // add_request(s) beyond the waiting queue's bound (HTTP 429).

@@ -168,6 +168,22 @@ std::string ServerMetrics::render(const EngineStats& s) const {
            s.prefix_cache_queries > 0 ? static_cast<double>(s.prefix_cache_hits) / s.prefix_cache_queries : 0.0);
   w.scalar("pagellm:num_cached_blocks", "gauge", "KV-cache blocks registered in the prefix cache (held or free).",
            static_cast<double>(s.num_cached_blocks));
+  w.scalar("pagellm:num_steps_total", "counter", "Engine steps (forward passes).", static_cast<double>(s.num_steps));
+  w.scalar("pagellm:step_seconds_total", "counter", "Wall time of all engine steps, schedule to outputs (seconds).",
+           s.step_seconds_total);
+  w.scalar("pagellm:last_step_seconds", "gauge", "Wall time of the last engine step (seconds).", s.last_step_seconds);
+  w.scalar("pagellm:last_step_predicted_seconds", "gauge",
+           "The step cost model's prediction for the last step (seconds).", s.last_step_predicted_seconds);
+  w.scalar("pagellm:max_step_seconds", "gauge", "Step-time budget that sizes prefill chunks (seconds; 0: none).",
+           s.max_step_seconds);
+  w.header("pagellm:step_cost_coefficient", "gauge",
+           "Fitted step cost: t = step + token * tokens + attn * attention pairs / 1024 (seconds).");
+  w.sample("pagellm:step_cost_coefficient", "term=\"step\"", num(s.step_cost_c_step));
+  w.sample("pagellm:step_cost_coefficient", "term=\"token\"", num(s.step_cost_c_token));
+  w.sample("pagellm:step_cost_coefficient", "term=\"attn\"", num(s.step_cost_c_attn));
+  w.scalar("pagellm:step_cost_mean_relative_error", "gauge",
+           "Weighted mean of |predicted - measured| / measured step time over recent steps.",
+           s.step_cost_mean_relative_error);
   std::lock_guard<std::mutex> lock(mu_);
   w.scalar("pagellm:prompt_tokens_total", "counter", "Number of prompt tokens processed (once per request).",
            static_cast<double>(prompt_tokens_));

@@ -151,6 +151,27 @@ TEST(ServeCli, BadModelSamplingDefaultsAreRefusedUnlessIgnored) {
   std::filesystem::remove(path);
 }
 
+// --target-itl-ms T serves with a step-time budget of 0.9 T; it and --max-step-ms exclude each
+// other, and a negative budget is refused naming the flag.
+TEST(ServeCli, StepTimeBudgetFlags) {
+  {
+    Child c({"serve", "--port", "0", "--threads", "1", "--target-itl-ms", "100"});
+    EXPECT_TRUE(c.read_until("step-time budget: 90 ms", 30)) << c.err();
+    kill(c.pid(), SIGTERM);
+    EXPECT_EQ(c.wait_exit(30), 0) << c.err();
+  }
+  {
+    Child c({"serve", "--port", "0", "--threads", "1", "--target-itl-ms", "100", "--max-step-ms", "50"});
+    EXPECT_NE(c.wait_exit(30), 0) << c.err();
+    EXPECT_NE(c.err().find("excludes"), std::string::npos) << c.err();
+  }
+  {
+    Child c({"serve", "--port", "0", "--threads", "1", "--max-step-ms", "-5"});
+    EXPECT_NE(c.wait_exit(30), 0) << c.err();
+    EXPECT_NE(c.err().find("--max-step-ms must be in [0, 3600000] milliseconds"), std::string::npos) << c.err();
+  }
+}
+
 // A model that takes seconds to load: tinyllama-1.1b's shape in q4_0 (~640 MB, random weights,
 // the llama SPM vocabulary), written once per test binary run. "" when it cannot be made.
 const std::string& slow_model() {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "engine/llm.h"
@@ -60,6 +62,11 @@ TEST(EngineConfig, EachCheckNamesItsFlagAndValue) {
   c.kv_cache_bytes = 1 << 20;
   c.kv_cache_blocks = 10;
   EXPECT_EQ(validate_error(c), "--kv-cache-memory: give bytes or blocks, not both");
+  c = EngineConfig{};
+  c.max_step_ms = -1;
+  EXPECT_NE(validate_error(c).find("--max-step-ms must be in [0, 3600000] milliseconds"), std::string::npos);
+  c.max_step_ms = std::nan("");
+  EXPECT_NE(validate_error(c).find("--max-step-ms"), std::string::npos);
   EXPECT_EQ(parse_kv_dtype("f16"), GgmlType::F16);
   EXPECT_THROW(parse_kv_dtype("bf16"), Error);
 }
@@ -71,6 +78,10 @@ TEST(EngineConfig, SchedulerLimitsAreAView) {
   const SchedulerLimits l = c.scheduler_limits();
   EXPECT_EQ(l.max_num_seqs, 3);
   EXPECT_EQ(l.max_num_batched_tokens, 77);
+  c.max_step_ms = 250;
+  c.block_size = 32;
+  EXPECT_EQ(c.scheduler_limits().max_step_seconds, 0.25);
+  EXPECT_EQ(c.scheduler_limits().min_prefill_chunk, 32);  // a block of tokens
 }
 
 // stories260K: 5 layers, 4 KV heads of 8 dims, context 512: 2 x 5 x 4 x 8 x 4 = 1280 bytes per

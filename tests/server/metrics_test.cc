@@ -82,6 +82,15 @@ TEST(Metrics, RendersEveryFamilyAndParsesBack) {
   s.num_free_blocks = 20;
   s.kv_cache_usage = 4.0 / 24;
   s.num_preemptions = 6;
+  s.num_steps = 40;
+  s.max_step_seconds = 0.25;
+  s.step_cost_c_step = 0.05;
+  s.step_cost_c_token = 1.5e-5;
+  s.step_cost_c_attn = 2e-7;
+  s.step_cost_mean_relative_error = 0.125;
+  s.last_step_seconds = 0.2;
+  s.last_step_predicted_seconds = 0.19;
+  s.step_seconds_total = 8.5;
   const auto v = parse_prometheus(m.render(s));
   const std::string l = "{model_name=\"my \\\"model\\\"\"";
   EXPECT_EQ(v.at("pagellm:num_requests_running" + l + "}"), 2);
@@ -90,6 +99,15 @@ TEST(Metrics, RendersEveryFamilyAndParsesBack) {
   EXPECT_EQ(v.at("pagellm:num_free_blocks" + l + "}"), 20);
   EXPECT_NEAR(v.at("pagellm:kv_cache_usage_perc" + l + "}"), 4.0 / 24, 1e-12);
   EXPECT_EQ(v.at("pagellm:num_preemptions_total" + l + "}"), 6);
+  EXPECT_EQ(v.at("pagellm:num_steps_total" + l + "}"), 40);
+  EXPECT_EQ(v.at("pagellm:step_seconds_total" + l + "}"), 8.5);
+  EXPECT_EQ(v.at("pagellm:max_step_seconds" + l + "}"), 0.25);
+  EXPECT_EQ(v.at("pagellm:last_step_seconds" + l + "}"), 0.2);
+  EXPECT_EQ(v.at("pagellm:last_step_predicted_seconds" + l + "}"), 0.19);
+  EXPECT_EQ(v.at("pagellm:step_cost_coefficient" + l + ",term=\"step\"}"), 0.05);
+  EXPECT_EQ(v.at("pagellm:step_cost_coefficient" + l + ",term=\"token\"}"), 1.5e-5);  // not rounded away
+  EXPECT_EQ(v.at("pagellm:step_cost_coefficient" + l + ",term=\"attn\"}"), 2e-7);
+  EXPECT_EQ(v.at("pagellm:step_cost_mean_relative_error" + l + "}"), 0.125);
   EXPECT_EQ(v.at("pagellm:prompt_tokens_total" + l + "}"), 5);  // once per request
   EXPECT_EQ(v.at("pagellm:generation_tokens_total" + l + "}"), 3);
   EXPECT_EQ(v.at("pagellm:request_success_total" + l + ",finished_reason=\"length\"}"), 1);
