@@ -1,5 +1,6 @@
 // `pagellm serve`: the OpenAI-compatible HTTP server (src/server/serve.h).
 #include <cstdlib>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -30,13 +31,20 @@ Handler add_serve(CLI::App& app) {
                  "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: 16 full contexts, "
                  "at most 1 GiB");
   app.add_option("--kv-dtype", *kv_dtype, "KV cache dtype: f32 or f16")->capture_default_str();
-  auto* max_step = app.add_option("--max-step-ms", e.max_step_ms,
-                                  "Step-time budget (ms): prefill chunks are sized so that a step's predicted time "
-                                  "stays within it and running decodes never wait behind a long prompt (0: none)")
-                       ->capture_default_str();
+  auto max_step = std::make_shared<std::string>("auto");
+  auto* max_step_opt =
+      app.add_option("--max-step-ms", *max_step,
+                     "Step-time budget (ms): prefill chunks are sized so that a step's predicted time stays within "
+                     "it and running decodes never wait behind a long prompt; auto: 3 x the predicted time of the "
+                     "running decodes alone; 0: none")
+          ->capture_default_str();
+  app.add_option("--max-queue-delay-s", e.max_queue_delay_s,
+                 "Refuse (429) a request whose predicted time to first token, from the prompt tokens queued ahead "
+                 "of it at the measured step speed, exceeds this many seconds (0: off)")
+      ->capture_default_str();
   auto target_itl = std::make_shared<double>(0);
   app.add_option("--target-itl-ms", *target_itl, "Inter-token latency target (ms): sets --max-step-ms to 0.9 x it")
-      ->excludes(max_step)
+      ->excludes(max_step_opt)
       ->check(CLI::Range(0.0, 3.6e6));
   app.add_flag(
       "--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
@@ -77,8 +85,21 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--drain-timeout", o->drain_timeout_seconds,
                  "Seconds to let running requests finish after SIGINT/SIGTERM")
       ->capture_default_str();
-  return [o, kv_dtype, kv_cache_memory, target_itl] {
+  return [o, kv_dtype, kv_cache_memory, target_itl, max_step] {
     EngineConfig& e = o->engine;
+    if (*max_step == "auto") {
+      e.max_step_ms = EngineConfig::kAutoMaxStepMs;
+    } else {
+      size_t used = 0;
+      try {
+        e.max_step_ms = std::stod(*max_step, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != max_step->size() || !(e.max_step_ms >= 0)) {
+        throw Error("--max-step-ms must be auto or in [0, 3600000] milliseconds, got '" + *max_step + "'");
+      }
+    }
     if (*target_itl > 0) e.max_step_ms = 0.9 * *target_itl;  // headroom for the model's error
     if (e.model_path.empty()) e.model_path = default_model_path();
     if (o->api_key.empty()) {

@@ -11,7 +11,11 @@ namespace pagellm {
 
 struct AsyncEngine::Impl {
   explicit Impl(LLM& llm)
-      : max_waiting(llm.config().max_waiting), core(llm, llm.config().scheduler_limits()), processor(llm.tokenizer()) {}
+      : max_waiting(llm.config().max_waiting),
+        max_queue_delay_s(llm.config().max_queue_delay_s),
+        limits(llm.config().scheduler_limits()),
+        core(llm, limits),
+        processor(llm.tokenizer()) {}
 
   struct Command {
     enum class Kind { kAdd, kAbort } kind = Kind::kAdd;
@@ -20,8 +24,10 @@ struct AsyncEngine::Impl {
     std::string id;         // kAbort
   };
 
-  const int64_t max_waiting;  // add_request throws QueueFull beyond this many waiting
-  EngineCore core;            // engine thread only
+  const int64_t max_waiting;       // add_request throws QueueFull beyond this many waiting
+  const double max_queue_delay_s;  // ... or beyond this predicted time to first token (0: off)
+  const SchedulerLimits limits;
+  EngineCore core;  // engine thread only
   // Runs between steps on the engine thread, so that a stop string ends its request before the
   // next step computes it (a remote client would run it on its side, one round trip later).
   OutputProcessor processor;                    // engine thread only
@@ -29,8 +35,9 @@ struct AsyncEngine::Impl {
   mutable std::mutex mu;                        // guards everything below
   std::condition_variable cv;
   std::deque<Command> inbox;
-  int64_t num_queued = 0;  // adds in the inbox + waiting (unforked n > 1 members too)
-  int64_t num_live = 0;    // accepted requests whose final output is not out
+  int64_t num_queued = 0;             // adds in the inbox + waiting (unforked n > 1 members too)
+  int64_t queued_prefill_tokens = 0;  // prompt tokens in the inbox + the scheduler's prefill left
+  int64_t num_live = 0;               // accepted requests whose final output is not out
   bool stop = false;
   bool draining = false;
   EngineStats stats;
@@ -101,7 +108,7 @@ struct AsyncEngine::Impl {
     stats.prefix_cache_hits = s.prefix_cache_hits();
     stats.num_cached_blocks = pool.num_cached_blocks();
     const StepCostModel& m = s.cost_model();
-    stats.max_step_seconds = s.limits().max_step_seconds;
+    stats.step_budget_seconds = s.last_step_budget_seconds();
     stats.step_cost_c_step = m.c_step();
     stats.step_cost_c_token = m.c_token();
     stats.step_cost_c_attn = m.c_attn();
@@ -109,7 +116,15 @@ struct AsyncEngine::Impl {
     stats.last_step_seconds = core.last_step_seconds();
     stats.last_step_predicted_seconds = core.last_step_predicted_seconds();
     stats.step_seconds_total = core.step_seconds_total();
+    stats.step_cost_ready = m.ready();
+    stats.num_prefill_tokens_left = s.num_prefill_tokens_left();
+    stats.num_running_decodes = s.num_running_decodes();
     num_queued = static_cast<int64_t>(inbox.size()) + stats.num_waiting;
+    queued_prefill_tokens = stats.num_prefill_tokens_left;
+    for (const Command& c : inbox) {
+      if (c.kind == Command::Kind::kAdd)
+        queued_prefill_tokens += static_cast<int64_t>(c.request.prompt_token_ids.size());
+    }
   }
 
   void loop() {
@@ -180,6 +195,31 @@ void AsyncEngine::add_requests(std::vector<EngineRequest> requests, std::vector<
                                    " sequences, room is left for " + std::to_string(room) + " (the queue holds " +
                                    std::to_string(max_waiting) + ")");
     }
+    // The prompt tokens this call adds: one prompt per n > 1 group (its members fork it).
+    int64_t prompt_tokens = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const bool repeat =
+          i > 0 && !requests[i].parallel_group.empty() && requests[i].parallel_group == requests[i - 1].parallel_group;
+      if (!repeat) prompt_tokens += static_cast<int64_t>(requests[i].prompt_token_ids.size());
+    }
+    const EngineStats& st = impl_->stats;
+    if (impl_->max_queue_delay_s > 0 && st.step_cost_ready) {
+      const StepCostModel model = StepCostModel::fixed(st.step_cost_c_step, st.step_cost_c_token, st.step_cost_c_attn);
+      const SchedulerLimits& l = impl_->limits;
+      const double ttft =
+          predict_prefill_seconds(model, l.max_step_seconds, l.max_num_batched_tokens, l.min_prefill_chunk,
+                                  impl_->queued_prefill_tokens + prompt_tokens, st.num_running_decodes);
+      if (ttft > impl_->max_queue_delay_s) {
+        char msg[256];
+        std::snprintf(msg, sizeof msg,
+                      "the predicted time to first token, %.1f s (%lld prompt tokens queued ahead, %lld of its own), "
+                      "exceeds --max-queue-delay-s %.1f s",
+                      ttft, static_cast<long long>(impl_->queued_prefill_tokens), static_cast<long long>(prompt_tokens),
+                      impl_->max_queue_delay_s);
+        throw QueueFull(msg);
+      }
+    }
+    impl_->queued_prefill_tokens += prompt_tokens;
     impl_->num_queued += k;
     impl_->num_live += k;
     for (size_t i = 0; i < requests.size(); ++i) {

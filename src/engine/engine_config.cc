@@ -33,8 +33,11 @@ void EngineConfig::validate() const {
   if (max_num_batched_tokens < 1) bad("--max-num-batched-tokens", ">= 1", max_num_batched_tokens);
   if (max_num_seqs < 1) bad("--max-num-seqs", ">= 1", max_num_seqs);
   if (max_waiting < 1) bad("--max-waiting", ">= 1", max_waiting);
-  if (!(max_step_ms >= 0 && max_step_ms <= 3.6e6)) {  // NaN fails too
-    throw Error("--max-step-ms must be in [0, 3600000] milliseconds, got " + std::to_string(max_step_ms));
+  if (!(max_step_ms == kAutoMaxStepMs || (max_step_ms >= 0 && max_step_ms <= 3.6e6))) {  // NaN fails too
+    throw Error("--max-step-ms must be auto or in [0, 3600000] milliseconds, got " + std::to_string(max_step_ms));
+  }
+  if (!(max_queue_delay_s >= 0 && max_queue_delay_s <= 86400)) {
+    throw Error("--max-queue-delay-s must be in [0, 86400] seconds, got " + std::to_string(max_queue_delay_s));
   }
 }
 

@@ -27,8 +27,14 @@ struct EngineConfig {
   int32_t max_waiting = 1024;             // --max-waiting: waiting-queue bound (serve: 429 beyond)
   bool enable_prefix_caching = true;      // --no-prefix-caching turns it off (kv/kv_cache_manager.h)
   // --max-step-ms: step-time budget (sched/scheduler.h), milliseconds; 0: none, the token
-  // budget alone sizes prefill chunks. --target-itl-ms T sets it to 0.9 T.
+  // budget alone sizes prefill chunks; kAutoMaxStepMs: automatic (sched/step_cost_model.h:
+  // step_budget_seconds; serve's default). --target-itl-ms T sets it to 0.9 T.
+  static constexpr double kAutoMaxStepMs = -1;
   double max_step_ms = 0;
+  // --max-queue-delay-s: a request whose predicted time to first token (the prompt tokens queued
+  // ahead of it and its own, at the step cost model's speed) exceeds it gets QueueFull (HTTP
+  // 429) at once instead of waiting; 0: off.
+  double max_queue_delay_s = 0;
 
   // Throws pagellm::Error naming the flag and the value of the first setting out of range.
   void validate() const;

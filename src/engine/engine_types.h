@@ -90,10 +90,13 @@ struct EngineStats {
   // The step-time budget (sched/step_cost_model.h): the budget (0: none), the fitted
   // coefficients, the model's mean relative error, the last step's measured and predicted time
   // and the sum of all steps' times, seconds.
-  double max_step_seconds = 0;
+  double step_budget_seconds = 0;  // the budget the last step was sized by (0: none)
   double step_cost_c_step = 0, step_cost_c_token = 0, step_cost_c_attn = 0;
   double step_cost_mean_relative_error = 0;
   double last_step_seconds = 0, last_step_predicted_seconds = 0, step_seconds_total = 0;
+  bool step_cost_ready = false;         // the model has seen a step
+  int64_t num_prefill_tokens_left = 0;  // Scheduler::num_prefill_tokens_left
+  int64_t num_running_decodes = 0;      // Scheduler::num_running_decodes
 };
 
 // add_request(s) beyond the waiting queue's bound (HTTP 429).

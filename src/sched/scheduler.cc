@@ -59,6 +59,22 @@ int64_t Scheduler::num_seats_taken() const {
   return n;
 }
 
+int64_t Scheduler::num_prefill_tokens_left() const {
+  int64_t n = 0;
+  for (const std::vector<Request*>* v : {&running_, &waiting_}) {
+    for (const Request* r : *v) {
+      const int64_t left = r->num_tokens() - r->num_computed_tokens;
+      if (left > 1) n += left;
+    }
+  }
+  return n;
+}
+
+int64_t Scheduler::num_running_decodes() const {
+  return std::count_if(running_.begin(), running_.end(),
+                       [](const Request* r) { return r->num_tokens() - r->num_computed_tokens == 1; });
+}
+
 Request* Scheduler::find(const std::string& request_id) {
   auto it = requests_.find(request_id);
   return it == requests_.end() ? nullptr : it->second.get();
@@ -81,7 +97,7 @@ int64_t Scheduler::prefill_chunk(int64_t start, int64_t remaining, const Budget&
   auto fits = [&](int64_t m) {
     StepFeatures f = b.used;
     f += StepFeatures::chunk(start, m);
-    return cost_model_.predict(f) <= limits_.max_step_seconds;
+    return cost_model_.predict(f) <= b.seconds;
   };
   int64_t lo = 0, hi = n;
   while (lo < hi) {
@@ -168,12 +184,16 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   Budget budget;
   budget.tokens = limits_.max_num_batched_tokens;
-  budget.timed = limits_.max_step_seconds > 0 && cost_model_.ready();
-  if (budget.timed) {
-    for (const Request* r : running_) {
-      if (r->num_tokens() - r->num_computed_tokens == 1) budget.used += StepFeatures::chunk(r->num_computed_tokens, 1);
+  int64_t num_decodes = 0;
+  for (const Request* r : running_) {
+    if (r->num_tokens() - r->num_computed_tokens == 1) {
+      budget.used += StepFeatures::chunk(r->num_computed_tokens, 1);
+      ++num_decodes;
     }
   }
+  budget.seconds = step_budget_seconds(cost_model_, limits_.max_step_seconds, num_decodes, budget.used);
+  budget.timed = budget.seconds > 0;
+  last_step_budget_seconds_ = budget.seconds;
   if (schedule_running(out, budget)) schedule_waiting(out, budget);
   // A request preempted after being granted tokens earlier in this step cannot happen: victims
   // are taken from the back, behind every request already granted.

@@ -14,8 +14,9 @@
 //      prefix-cached full blocks (at least one token is always left to compute), then gets a prefill chunk of
 //      min(remaining, budget_left) tokens (chunked prefill). A waiting request never preempts; if its blocks do not
 //      fit, admission stops (FCFS: no overtaking of the head of the queue).
-// With a step-time budget (max_step_seconds > 0; Sarathi-Serve's stall-free batching, Agrawal et
-// al. 2024), prefill chunks are also sized so that the step's predicted time (StepCostModel,
+// With a step-time budget (max_step_seconds > 0 fixed, < 0 automatic: step_budget_seconds in
+// sched/step_cost_model.h; Sarathi-Serve's stall-free batching, Agrawal et al. 2024), prefill
+// chunks are also sized so that the step's predicted time (StepCostModel,
 // sched/step_cost_model.h, fitted from the measured steps) stays within it: every running
 // decode's token is reserved first (decodes never wait behind a prefill), then chunks take what
 // time is left, in the order above. The first prefill chunk of a step always gets
@@ -42,7 +43,7 @@ namespace pagellm {
 struct SchedulerLimits {
   int32_t max_num_seqs = 0;            // requests running at once
   int64_t max_num_batched_tokens = 0;  // tokens per step
-  double max_step_seconds = 0;         // step-time budget, seconds; 0: none (tokens only)
+  double max_step_seconds = 0;         // step-time budget, seconds; 0: none (tokens only); < 0: auto
   int64_t min_prefill_chunk = 1;       // tokens the step's first prefill chunk always gets
 };
 
@@ -94,6 +95,8 @@ class Scheduler {
   // Replaces the cost model (StepCostModel::fixed in tests).
   void set_cost_model(const StepCostModel& m) { cost_model_ = m; }
   const StepCostModel& cost_model() const { return cost_model_; }
+  // The time budget the last schedule() sized its chunks by (0: none), seconds.
+  double last_step_budget_seconds() const { return last_step_budget_seconds_; }
   // Marks a live request finished with `status`, frees its blocks now and returns it (nullptr
   // for an unknown id).
   std::unique_ptr<Request> finish_request(const std::string& request_id, RequestStatus status);
@@ -104,6 +107,10 @@ class Scheduler {
   int64_t num_seats_taken() const;
   const SchedulerLimits& limits() const { return limits_; }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  // Tokens still to compute before the next sample of every running or waiting request that is
+  // not decoding (more than one token left), and the running requests that are (one left).
+  int64_t num_prefill_tokens_left() const;
+  int64_t num_running_decodes() const;
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   int64_t num_preemptions() const { return num_preemptions_; }
   // Prefix-cache lookups at admission, in tokens: looked up, and found cached.
@@ -119,6 +126,7 @@ class Scheduler {
   struct Budget {
     int64_t tokens = 0;
     bool timed = false;
+    double seconds = 0;  // the time budget when timed
     StepFeatures used;
     bool prefill_granted = false;
   };
@@ -139,6 +147,7 @@ class Scheduler {
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
   StepCostModel cost_model_;
+  double last_step_budget_seconds_ = 0;
 };
 
 }  // namespace pagellm

@@ -1,5 +1,6 @@
 #include "sched/step_cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -108,6 +109,29 @@ void StepCostModel::refit() {
     }
   }
   c_ = best_c;
+}
+
+double step_budget_seconds(const StepCostModel& model, double max_step_seconds, int64_t num_decodes,
+                           const StepFeatures& decodes) {
+  if (!model.ready() || max_step_seconds == 0) return 0;
+  if (max_step_seconds > 0) return max_step_seconds;
+  return num_decodes > 0 ? kAutoStepFactor * model.predict(decodes) : 0;
+}
+
+double predict_prefill_seconds(const StepCostModel& model, double max_step_seconds, int64_t max_num_batched_tokens,
+                               int64_t min_prefill_chunk, int64_t num_prefill_tokens, int64_t num_decodes) {
+  if (!model.ready() || num_prefill_tokens <= 0) return 0;
+  int64_t chunk = std::max<int64_t>(1, max_num_batched_tokens - num_decodes);
+  const double budget = step_budget_seconds(model, max_step_seconds, num_decodes, StepFeatures{num_decodes, 0});
+  if (budget > 0 && model.c_token() > 0) {
+    const double left = budget - model.c_step() - model.c_token() * static_cast<double>(num_decodes);
+    const double by_time = std::floor(left / model.c_token());
+    if (by_time < static_cast<double>(chunk)) chunk = static_cast<int64_t>(std::max(0.0, by_time));
+    chunk = std::max(chunk, std::max<int64_t>(1, min_prefill_chunk));
+  }
+  const int64_t steps = (num_prefill_tokens + chunk - 1) / chunk;
+  const double step = model.predict(StepFeatures{num_decodes + std::min(chunk, num_prefill_tokens), 0});
+  return static_cast<double>(steps) * step;
 }
 
 }  // namespace pagellm

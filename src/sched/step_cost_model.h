@@ -72,4 +72,27 @@ class StepCostModel {
   bool fixed_ = false;
 };
 
+// The automatic step-time budget (max_step_seconds < 0): while decodes run, kAutoStepFactor x
+// the predicted time of a step of those decodes alone, so a step that also carries prefill takes
+// at most about 3x a decode-only step, whatever the model, machine and batch (a fixed budget is
+// either loose for small batches or below the decodes' own time for large ones, starving
+// prefill). With no decode running there is no ITL to protect and no time limit. 0: no time
+// limit for this step. The factor was chosen from serve sweeps (docs/benchmarks.md, issue 16):
+// 1.8 cost 20% of the output tokens/s at 16 and 64 streams; 3 keeps 88-98% of it while p99 ITL
+// stays under 2x its median.
+inline constexpr double kAutoStepFactor = 3.0;
+double step_budget_seconds(const StepCostModel& model, double max_step_seconds, int64_t num_decodes,
+                           const StepFeatures& decodes);
+
+// Predicted seconds until `num_prefill_tokens` queued prompt tokens are all computed, while
+// `num_decodes` running decodes take their token every step: steps of the prefill chunk the
+// scheduler would grant (by max_num_batched_tokens, and with a step-time budget, fixed or
+// automatic, the largest chunk whose step fits it, at least min_prefill_chunk), each costing the
+// model's time for the
+// decodes plus the chunk. The attention term is left out (it needs each prompt's positions). For
+// admission (EngineConfig::max_queue_delay_s): a request whose predicted time to first token
+// exceeds it is refused at once. 0 when the model is not ready or nothing is queued.
+double predict_prefill_seconds(const StepCostModel& model, double max_step_seconds, int64_t max_num_batched_tokens,
+                               int64_t min_prefill_chunk, int64_t num_prefill_tokens, int64_t num_decodes);
+
 }  // namespace pagellm

@@ -174,8 +174,8 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   w.scalar("pagellm:last_step_seconds", "gauge", "Wall time of the last engine step (seconds).", s.last_step_seconds);
   w.scalar("pagellm:last_step_predicted_seconds", "gauge",
            "The step cost model's prediction for the last step (seconds).", s.last_step_predicted_seconds);
-  w.scalar("pagellm:max_step_seconds", "gauge", "Step-time budget that sizes prefill chunks (seconds; 0: none).",
-           s.max_step_seconds);
+  w.scalar("pagellm:step_budget_seconds", "gauge",
+           "Step-time budget the last step's prefill chunks were sized by (seconds; 0: none).", s.step_budget_seconds);
   w.header("pagellm:step_cost_coefficient", "gauge",
            "Fitted step cost: t = step + token * tokens + attn * attention pairs / 1024 (seconds).");
   w.sample("pagellm:step_cost_coefficient", "term=\"step\"", num(s.step_cost_c_step));

@@ -223,9 +223,14 @@ int run_serve(const ServeOptions& o) {
                 " (--generation-config vllm serves the model with the OpenAI defaults instead)");
   }
   if (ro.model_generation_config) log("sampling defaults: " + describe(engine.model_facts().default_sampling));
-  log(ec.max_step_ms > 0 ? "step-time budget: " + std::to_string(static_cast<int64_t>(ec.max_step_ms)) +
-                               " ms (prefill chunks sized by the fitted step cost)"
-                         : std::string("step-time budget: none (--max-num-batched-tokens alone sizes prefill chunks)"));
+  if (ec.max_step_ms > 0) {
+    log("step-time budget: " + std::to_string(static_cast<int64_t>(ec.max_step_ms)) +
+        " ms (prefill chunks sized by the fitted step cost)");
+  } else if (ec.max_step_ms < 0) {
+    log("step-time budget: auto (3 x the predicted time of the running decodes alone)");
+  } else {
+    log("step-time budget: none (--max-num-batched-tokens alone sizes prefill chunks)");
+  }
   Routes routes(engine, engine.tokenizer(), metrics, work, ro);
   http.io_threads = o.io_threads;
   http.idle_timeout_seconds = o.timeout_seconds;

@@ -151,9 +151,28 @@ TEST(ServeCli, BadModelSamplingDefaultsAreRefusedUnlessIgnored) {
   std::filesystem::remove(path);
 }
 
-// --target-itl-ms T serves with a step-time budget of 0.9 T; it and --max-step-ms exclude each
-// other, and a negative budget is refused naming the flag.
+// serve's budget is auto by default; --target-itl-ms T serves with a step-time budget of 0.9 T;
+// it and --max-step-ms exclude each other, and a negative or non-numeric budget is refused naming
+// the flag.
 TEST(ServeCli, StepTimeBudgetFlags) {
+  {
+    Child c({"serve", "--port", "0", "--threads", "1"});
+    EXPECT_TRUE(c.read_until("step-time budget: auto", 30)) << c.err();
+    kill(c.pid(), SIGTERM);
+    EXPECT_EQ(c.wait_exit(30), 0) << c.err();
+  }
+  {
+    Child c({"serve", "--port", "0", "--threads", "1", "--max-step-ms", "0"});
+    EXPECT_TRUE(c.read_until("step-time budget: none", 30)) << c.err();
+    kill(c.pid(), SIGTERM);
+    EXPECT_EQ(c.wait_exit(30), 0) << c.err();
+  }
+  {
+    Child c({"serve", "--port", "0", "--threads", "1", "--max-step-ms", "fast"});
+    EXPECT_NE(c.wait_exit(30), 0) << c.err();
+    EXPECT_NE(c.err().find("--max-step-ms must be auto or in [0, 3600000] milliseconds, got 'fast'"), std::string::npos)
+        << c.err();
+  }
   {
     Child c({"serve", "--port", "0", "--threads", "1", "--target-itl-ms", "100"});
     EXPECT_TRUE(c.read_until("step-time budget: 90 ms", 30)) << c.err();
@@ -168,7 +187,7 @@ TEST(ServeCli, StepTimeBudgetFlags) {
   {
     Child c({"serve", "--port", "0", "--threads", "1", "--max-step-ms", "-5"});
     EXPECT_NE(c.wait_exit(30), 0) << c.err();
-    EXPECT_NE(c.err().find("--max-step-ms must be in [0, 3600000] milliseconds"), std::string::npos) << c.err();
+    EXPECT_NE(c.err().find("--max-step-ms must be auto or in [0, 3600000] milliseconds"), std::string::npos) << c.err();
   }
 }
 

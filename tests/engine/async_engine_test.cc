@@ -90,6 +90,43 @@ TEST(AsyncEngine, AbortEndsTheRequestWithAFinalOutput) {
   EXPECT_LT(c.tokens, 500);
 }
 
+// --max-queue-delay-s: before any step is measured every request is admitted; once the cost
+// model has seen steps, a request whose predicted time to first token exceeds the limit is
+// refused at once naming the limit, and a generous limit admits it.
+TEST(AsyncEngine, PredictedQueueDelayOverTheLimitIsRefused) {
+  for (const double limit : {1e-9, 3600.0}) {
+    SCOPED_TRACE(limit);
+    EngineConfig c;
+    c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
+    c.num_threads = 1;
+    c.max_queue_delay_s = limit;
+    AsyncEngine engine(std::make_unique<LLM>(c));
+    Collector first;
+    engine.add_request(req("first", 8), first.sink());  // nothing measured yet: admitted
+    first.done.get_future().wait();
+    // The stats are published after the step that delivered the last token.
+    for (int i = 0; i < 500 && !engine.stats().step_cost_ready; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(engine.stats().step_cost_ready);
+    Collector second;
+    if (limit < 1) {
+      try {
+        engine.add_request(req("second", 8), second.sink());
+        ADD_FAILURE() << "admitted past the predicted delay";
+      } catch (const QueueFull& e) {
+        EXPECT_NE(std::string(e.what()).find("exceeds --max-queue-delay-s"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("5 of its own"), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(engine.stats().num_waiting, 0);
+    } else {
+      engine.add_request(req("second", 8), second.sink());
+      second.done.get_future().wait();
+      EXPECT_EQ(second.tokens, 8);
+    }
+  }
+}
+
 TEST(AsyncEngine, QueueFullThenDrain) {
   AsyncEngine engine(load(1, 64, 2));
   std::vector<std::unique_ptr<Collector>> cs;

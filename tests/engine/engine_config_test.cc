@@ -63,8 +63,12 @@ TEST(EngineConfig, EachCheckNamesItsFlagAndValue) {
   c.kv_cache_blocks = 10;
   EXPECT_EQ(validate_error(c), "--kv-cache-memory: give bytes or blocks, not both");
   c = EngineConfig{};
-  c.max_step_ms = -1;
-  EXPECT_NE(validate_error(c).find("--max-step-ms must be in [0, 3600000] milliseconds"), std::string::npos);
+  c.max_step_ms = -0.5;  // only kAutoMaxStepMs (-1) is a negative that means something
+  EXPECT_NE(validate_error(c).find("--max-step-ms must be auto or in [0, 3600000] milliseconds"), std::string::npos);
+  c.max_step_ms = EngineConfig::kAutoMaxStepMs;
+  EXPECT_EQ(validate_error(c), "");
+  c.max_step_ms = -2;
+  EXPECT_NE(validate_error(c).find("--max-step-ms"), std::string::npos);
   c.max_step_ms = std::nan("");
   EXPECT_NE(validate_error(c).find("--max-step-ms"), std::string::npos);
   EXPECT_EQ(parse_kv_dtype("f16"), GgmlType::F16);

@@ -100,5 +100,34 @@ TEST(StepCostModel, IgnoresEmptyAndNonFiniteSteps) {
   EXPECT_TRUE(f.ready());
 }
 
+TEST(StepBudgetSeconds, FixedAutoAndNone) {
+  const StepCostModel m = StepCostModel::fixed(0.01, 0.002, 0);
+  const StepFeatures four{4, 40};
+  EXPECT_EQ(step_budget_seconds(m, 0.25, 4, four), 0.25);
+  EXPECT_DOUBLE_EQ(step_budget_seconds(m, -1, 4, four), kAutoStepFactor * (0.01 + 4 * 0.002));
+  EXPECT_EQ(step_budget_seconds(m, -1, 0, StepFeatures{}), 0);  // no decode to protect
+  EXPECT_EQ(step_budget_seconds(m, 0, 4, four), 0);
+  EXPECT_EQ(step_budget_seconds(StepCostModel{}, 0.25, 4, four), 0);  // nothing measured yet
+}
+
+// Admission's estimate: steps of the chunk the scheduler would grant, each costing the decodes
+// plus the chunk. A step costs 16 + 1 per token (units of 1/1024 s).
+TEST(PredictPrefillSeconds, StepsOfTheGrantedChunk) {
+  const double u = 1.0 / 1024;
+  const StepCostModel m = StepCostModel::fixed(16 * u, u, 0);
+  // No budget: chunks of 64 - 4 decodes = 60 tokens; 130 tokens take 3 steps of 16 + 4 + 60.
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 0, 64, 4, 130, 4), 3 * 80 * u);
+  // A 56-unit budget: chunks of 56 - 16 - 4 = 36; 100 tokens take 3 steps of 56.
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 56 * u, 512, 4, 100, 4), 3 * 56 * u);
+  // Decodes over the budget: the minimum chunk, 8 tokens a step: 4 steps of 16 + 30 + 8.
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 20 * u, 512, 8, 32, 30), 4 * 54 * u);
+  // A queue shorter than a chunk: one step of the decodes and those tokens.
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 0, 512, 4, 10, 2), 28 * u);
+  EXPECT_EQ(predict_prefill_seconds(m, 0, 512, 4, 0, 2), 0);
+  EXPECT_EQ(predict_prefill_seconds(StepCostModel{}, 0, 512, 4, 100, 2), 0);  // nothing measured
+  // Auto: 2 decodes take 18 units, budget 3 x 18 = 54: chunks of 36; 72 tokens, 2 steps of 54.
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, 512, 4, 72, 2), 2 * 54 * u);
+}
+
 }  // namespace
 }  // namespace pagellm

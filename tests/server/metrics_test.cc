@@ -83,7 +83,7 @@ TEST(Metrics, RendersEveryFamilyAndParsesBack) {
   s.kv_cache_usage = 4.0 / 24;
   s.num_preemptions = 6;
   s.num_steps = 40;
-  s.max_step_seconds = 0.25;
+  s.step_budget_seconds = 0.25;
   s.step_cost_c_step = 0.05;
   s.step_cost_c_token = 1.5e-5;
   s.step_cost_c_attn = 2e-7;
@@ -101,7 +101,7 @@ TEST(Metrics, RendersEveryFamilyAndParsesBack) {
   EXPECT_EQ(v.at("pagellm:num_preemptions_total" + l + "}"), 6);
   EXPECT_EQ(v.at("pagellm:num_steps_total" + l + "}"), 40);
   EXPECT_EQ(v.at("pagellm:step_seconds_total" + l + "}"), 8.5);
-  EXPECT_EQ(v.at("pagellm:max_step_seconds" + l + "}"), 0.25);
+  EXPECT_EQ(v.at("pagellm:step_budget_seconds" + l + "}"), 0.25);
   EXPECT_EQ(v.at("pagellm:last_step_seconds" + l + "}"), 0.2);
   EXPECT_EQ(v.at("pagellm:last_step_predicted_seconds" + l + "}"), 0.19);
   EXPECT_EQ(v.at("pagellm:step_cost_coefficient" + l + ",term=\"step\"}"), 0.05);
