@@ -4,12 +4,18 @@
 # (back to back, after a warm-up request), stops the server and prints a markdown table in which
 # every throughput is also given as a ratio to concurrency 1 (one request at a time).
 # With --serial-baseline it then restarts the server with --max-num-seqs 1 and runs the highest
-# concurrency again: the same offered load served one request at a time.
+# concurrency again: the same offered load served one request at a time. --server-args passes
+# more flags to `pagellm serve` (e.g. "--max-step-ms 500"). --llama-server PATH measures
+# llama.cpp's llama-server instead, with the same client: restarted for each level with -np C
+# (C slots of (input-len + output-len) x 2 tokens of context each) and continuous batching.
+# llama-server's connections leave TIME_WAIT sockets without SO_REUSEADDR, so for about a minute
+# after it stops no server can bind that port: give the next run another --port.
 #
 #   bench/serve_sweep.sh -m /tmp/tinyllama-q4_0.gguf [--concurrency "1 4 16 64"] [--input-len 32]
 #       [--output-len 32] [--prompts-per-level 2] [--min-prompts 4] [--port 8391] [--threads 2]
 #       [--kv-cache-memory 256MiB] [--max-num-batched-tokens 512] [--bin build/pagellm]
-#       [--run-timeout 600] [--serial-baseline] [--json-dir DIR]
+#       [--run-timeout 600] [--serial-baseline] [--json-dir DIR] [--server-args "ARGS"]
+#       [--llama-server PATH]
 #
 # Each level sends max(prompts-per-level * C, min-prompts) requests of input-len random words and
 # output-len tokens (ignore_eos). All traffic goes to 127.0.0.1. Every run is bounded by
@@ -30,6 +36,8 @@ bin=""
 run_timeout=600
 serial=0
 json_dir=""
+server_args=""
+llama_server=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -m|--model) model="$2"; shift 2 ;;
@@ -46,7 +54,9 @@ while [[ $# -gt 0 ]]; do
     --run-timeout) run_timeout="$2"; shift 2 ;;
     --serial-baseline) serial=1; shift ;;
     --json-dir) json_dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --server-args) server_args="$2"; shift 2 ;;
+    --llama-server) llama_server="$2"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "serve_sweep.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -75,10 +85,16 @@ stop_server() {
 trap 'stop_server; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
-start_server() {  # $1 = max-num-seqs
-  "$bin" serve -m "$model" --host 127.0.0.1 --port "$port" --threads "$threads" --max-num-seqs "$1" \
-    --max-num-batched-tokens "$batched" --kv-cache-memory "$kv_mem" --max-waiting 4096 --drain-timeout 1 \
-    >"$work/server.log" 2>&1 &
+start_server() {  # $1 = max-num-seqs (pagellm) or slots (llama-server)
+  if [[ -n "$llama_server" ]]; then
+    "$llama_server" -m "$model" --host 127.0.0.1 --port "$port" -t "$threads" -np "$1" \
+      -c $(( $1 * 2 * (input_len + output_len) )) -cb -b "$batched" >"$work/server.log" 2>&1 &
+  else
+    # shellcheck disable=SC2086  # server_args is a list of flags
+    "$bin" serve -m "$model" --host 127.0.0.1 --port "$port" --threads "$threads" --max-num-seqs "$1" \
+      --max-num-batched-tokens "$batched" --kv-cache-memory "$kv_mem" --max-waiting 4096 --drain-timeout 1 \
+      $server_args >"$work/server.log" 2>&1 &
+  fi
   server_pid=$!
   for _ in $(seq 1 600); do  # up to 60 s to load the model
     if curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1; then break; fi
@@ -107,9 +123,17 @@ run_level() {
   fi
 }
 
-start_server "$max_c"
-for c in $levels; do run_level batched "$c" "$max_c"; done
-stop_server
+if [[ -n "$llama_server" ]]; then
+  for c in $levels; do
+    start_server "$c"
+    run_level batched "$c" "$c"
+    stop_server
+  done
+else
+  start_server "$max_c"
+  for c in $levels; do run_level batched "$c" "$max_c"; done
+  stop_server
+fi
 if (( serial )); then
   start_server 1
   run_level serial "$max_c" 1
@@ -117,7 +141,9 @@ if (( serial )); then
 fi
 
 echo
-echo "model: $(basename "$model"), input $input_len words, output $output_len tokens, --threads $threads, $(nproc) CPUs, $(date -u +%F)"
+server_name="pagellm serve $server_args"
+[[ -n "$llama_server" ]] && server_name="llama-server -np C"
+echo "server: $server_name; model: $(basename "$model"), input $input_len words, output $output_len tokens, --threads $threads, $(nproc) CPUs, $(date -u +%F)"
 echo
 python3 - "${rows[@]}" <<'EOF'
 import json, sys
@@ -127,14 +153,16 @@ base = None
 for label, c, seqs, path in rows:
     if label == "batched" and c == "1" and path != "TIMEOUT":
         base = json.load(open(path))["output_throughput"]
-print("| server `--max-num-seqs` | concurrency | requests | output tok/s | vs concurrency 1 | mean TTFT (ms) | mean TPOT (ms) | failed |")
-print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| server `--max-num-seqs` | concurrency | requests | output tok/s | vs concurrency 1 | mean TTFT (ms) | "
+      "p50 / p99 TTFT (ms) | mean TPOT (ms) | p50 / p99 ITL (ms) | failed |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for label, c, seqs, path in rows:
     if path == "TIMEOUT":
-        print(f"| {seqs} | {c} | | timed out | | | | |")
+        print(f"| {seqs} | {c} | | timed out | | | | | | |")
         continue
     j = json.load(open(path))
     ratio = f"{j['output_throughput'] / base:.2f}x" if base else "n/a"
     print(f"| {seqs} | {c} | {j['completed'] + j['failed']} | {j['output_throughput']:.2f} | {ratio} | "
-          f"{j['mean_ttft_ms']:.0f} | {j['mean_tpot_ms']:.0f} | {j['failed']} |")
+          f"{j['mean_ttft_ms']:.0f} | {j['median_ttft_ms']:.0f} / {j['p99_ttft_ms']:.0f} | {j['mean_tpot_ms']:.0f} | "
+          f"{j['median_itl_ms']:.0f} / {j['p99_itl_ms']:.0f} | {j['failed']} |")
 EOF
