@@ -115,11 +115,13 @@ int64_t Scheduler::prefill_chunk(int64_t start, int64_t remaining, const Budget&
 // Step 1. Returns false when a preemption happened (then no waiting request is admitted).
 bool Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
   bool preempted_any = false;
-  for (size_t i = 0; i < running_.size() && budget.tokens > 0; ++i) {
+  for (size_t i = 0; i < running_.size() && (budget.tokens > 0 || budget.decode_tokens > 0); ++i) {
     Request* r = running_[i];
     const int64_t remaining = r->num_tokens() - r->num_computed_tokens;
-    // A decode's token is always granted (its time was reserved); a chunk gets what fits.
+    // A decode takes one of the tokens reserved for decodes (and its time was reserved), so a
+    // prefill ahead of it in the running order cannot use them up; a chunk gets what fits.
     const bool decode = remaining == 1;
+    if (decode ? budget.decode_tokens <= 0 : budget.tokens <= 0) continue;
     const int64_t n = decode ? 1 : prefill_chunk(r->num_computed_tokens, remaining, budget);
     if (n <= 0) continue;
     kv_.release_out_of_window(r->request_id, r->num_computed_tokens);  // before it asks for more
@@ -137,8 +139,10 @@ bool Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
     }
     if (self_preempted) break;
     out.scheduled.push_back(ScheduledRequest{r, n});
-    budget.tokens -= n;
-    if (!decode) {
+    if (decode) {
+      --budget.decode_tokens;
+    } else {
+      budget.tokens -= n;
       budget.used += StepFeatures::chunk(r->num_computed_tokens, n);
       budget.prefill_granted = true;
     }
@@ -191,6 +195,9 @@ SchedulerOutput Scheduler::schedule() {
       ++num_decodes;
     }
   }
+  // Decodes first, always: their tokens come off the token budget before any prefill chunk.
+  budget.decode_tokens = std::min(num_decodes, budget.tokens);
+  budget.tokens -= budget.decode_tokens;
   budget.seconds = step_budget_seconds(cost_model_, limits_.max_step_seconds, num_decodes, budget.used);
   budget.timed = budget.seconds > 0;
   last_step_budget_seconds_ = budget.seconds;

@@ -18,10 +18,13 @@
 // sched/step_cost_model.h; Sarathi-Serve's stall-free batching, Agrawal et al. 2024), prefill
 // chunks are also sized so that the step's predicted time (StepCostModel,
 // sched/step_cost_model.h, fitted from the measured steps) stays within it: every running
-// decode's token is reserved first (decodes never wait behind a prefill), then chunks take what
-// time is left, in the order above. The first prefill chunk of a step always gets
-// min(remaining, min_prefill_chunk) tokens even when no time is left, so a prompt makes progress
-// every step (a prompt of P tokens at the head waits at most ceil(P / min_prefill_chunk) steps).
+// decode's time is reserved first, then chunks take what time is left, in the order above. The
+// first prefill chunk of a step always gets min(remaining, min_prefill_chunk) tokens even when
+// no time is left, so prefill makes progress every step (the step's first prompt, running or at
+// the head of the queue, needs at most ceil(P / min_prefill_chunk) steps for P tokens, unless a
+// preemption, the KV pool or max_num_seqs stops admission that step). With or without a time
+// budget, every running decode's token is taken off the token budget before any prefill chunk,
+// so a prefill ahead of a decode in the running order (a better priority) cannot crowd it out.
 // The scheduler decides and allocates; the engine runs the forward pass and then calls
 // on_step_done() to advance num_computed_tokens, and observe_step() with the step's time.
 #pragma once
@@ -89,7 +92,7 @@ class Scheduler {
   // is truncated to it (KvCacheManager::truncate). The caller drops the rejected tokens from
   // output_token_ids. Precondition: 0 <= num_rejected <= num_computed_tokens.
   void roll_back(Request& r, int64_t num_rejected);
-  // Feeds the measured wall time of the step `out` describes (schedule to outputs, seconds) to
+  // Feeds the measured wall time of the step `out` describes (after schedule() to the outputs, seconds) to
   // the cost model.
   void observe_step(const SchedulerOutput& out, double seconds) { cost_model_.observe(out.features, seconds); }
   // Replaces the cost model (StepCostModel::fixed in tests).
@@ -124,7 +127,8 @@ class Scheduler {
   // What is left of this step: tokens, and with a time budget the features already spent
   // (every running decode's, reserved up front, plus the chunks granted).
   struct Budget {
-    int64_t tokens = 0;
+    int64_t tokens = 0;         // for prefill chunks
+    int64_t decode_tokens = 0;  // reserved for the running decodes, one each
     bool timed = false;
     double seconds = 0;  // the time budget when timed
     StepFeatures used;

@@ -170,6 +170,27 @@ TEST(StepBudget, AutoBudgetFollowsTheDecodes) {
   EXPECT_DOUBLE_EQ(s.last_step_budget_seconds(), 60 * kUnit);
 }
 
+// A prompt with a better priority runs ahead of a decode in the running order: the decode's
+// token is reserved off the token budget, so the prompt's chunks cannot crowd it out (with or
+// without a time budget).
+TEST(StepBudget, BetterPriorityPrefillDoesNotCrowdOutADecode) {
+  KvCacheManager kv(1000, 4);
+  Scheduler s(SchedulerLimits{8, 8}, kv);
+  s.add_request(make("d", 3, 1));
+  finish_step(s, s.schedule());
+  auto p = make("p", 100, 2);
+  p->priority = -1;
+  s.add_request(std::move(p));
+  auto o = s.schedule();
+  EXPECT_EQ(grants(o), (Grants{{"d", 1}, {"p", 7}}));
+  finish_step(s, o);
+  for (int step = 0; step < 3; ++step) {
+    o = s.schedule();
+    EXPECT_EQ(grants(o), (Grants{{"p", 7}, {"d", 1}})) << step;  // p first (priority), d still decodes
+    finish_step(s, o);
+  }
+}
+
 // The step's features are what its grants compute.
 TEST(StepBudget, StepFeaturesCountTokensAndAttentionPairs) {
   EXPECT_EQ(StepFeatures::chunk(0, 4).num_attn_pairs, 1 + 2 + 3 + 4);
