@@ -121,9 +121,15 @@ struct AsyncEngine::Impl {
     stats.num_running_decodes = s.num_running_decodes();
     num_queued = static_cast<int64_t>(inbox.size()) + stats.num_waiting;
     queued_prefill_tokens = stats.num_prefill_tokens_left;
+    const std::string* last_group = nullptr;
     for (const Command& c : inbox) {
-      if (c.kind == Command::Kind::kAdd)
+      if (c.kind != Command::Kind::kAdd) continue;
+      // As add_requests counts them: one prompt per n > 1 group (its members fork it).
+      const std::string& group = c.request.parallel_group;
+      if (last_group == nullptr || group.empty() || group != *last_group) {
         queued_prefill_tokens += static_cast<int64_t>(c.request.prompt_token_ids.size());
+      }
+      last_group = &group;
     }
   }
 
@@ -203,7 +209,9 @@ void AsyncEngine::add_requests(std::vector<EngineRequest> requests, std::vector<
       if (!repeat) prompt_tokens += static_cast<int64_t>(requests[i].prompt_token_ids.size());
     }
     const EngineStats& st = impl_->stats;
-    if (impl_->max_queue_delay_s > 0 && st.step_cost_ready) {
+    // Only a request with prefill queued ahead of it is refused: alone, waiting would not make
+    // it faster, and a 429 with Retry-After would be retried forever.
+    if (impl_->max_queue_delay_s > 0 && st.step_cost_ready && impl_->queued_prefill_tokens > 0) {
       const StepCostModel model = StepCostModel::fixed(st.step_cost_c_step, st.step_cost_c_token, st.step_cost_c_attn);
       const SchedulerLimits& l = impl_->limits;
       const double ttft =

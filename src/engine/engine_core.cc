@@ -282,10 +282,13 @@ std::vector<EngineCoreOutput> EngineCore::step() {
     }
     outputs.push_back(std::move(out));
   }
-  // The step's time as a decode waits for it: forward, sampling and stop checks.
+  // The step's time as a decode waits for it, after schedule(): the forward, sampling and the
+  // token-level stop checks (stop strings are the output processor's, later). The first step is
+  // not fitted: it also pages the weights in and starts the workers, and one slow point would
+  // shape the model for hundreds of steps.
   last_step_seconds_ = engine_now() - t_sched;
   step_seconds_total_ += last_step_seconds_;
-  scheduler_.observe_step(so, last_step_seconds_);
+  if (counters_.num_steps > 1) scheduler_.observe_step(so, last_step_seconds_);
   return outputs;
 }
 

@@ -53,8 +53,8 @@ class EngineCore {
   int64_t num_waiting() const;
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineCounters& counters() const { return counters_; }
-  // Wall time of the last step (schedule to outputs) and the cost model's prediction for it,
-  // and the sum over all steps, seconds.
+  // Wall time of the last step (after schedule(): forward, sampling, stop-token checks) and the cost model's prediction
+  // for it, and the sum over all steps, seconds.
   double last_step_seconds() const { return last_step_seconds_; }
   double last_step_predicted_seconds() const { return last_step_predicted_seconds_; }
   double step_seconds_total() const { return step_seconds_total_; }

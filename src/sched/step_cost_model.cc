@@ -72,7 +72,7 @@ void StepCostModel::observe(const StepFeatures& f, double seconds) {
 
 // Non-negative least squares over the 8 subsets of free coefficients: each subset's ridge
 // solution, kept when all its coefficients are >= 0; the smallest weighted squared error wins,
-// ties to the subset with more coefficients (enumerated first). The ridge, 1e-9 of each
+// ties to the subset enumerated first (mask 7, all three coefficients, comes first). The ridge, 1e-9 of each
 // diagonal entry (scale-free), only decides undetermined systems: one step seen gives each term
 // an equal share of its time.
 void StepCostModel::refit() {
@@ -128,6 +128,7 @@ double predict_prefill_seconds(const StepCostModel& model, double max_step_secon
     const double by_time = std::floor(left / model.c_token());
     if (by_time < static_cast<double>(chunk)) chunk = static_cast<int64_t>(std::max(0.0, by_time));
     chunk = std::max(chunk, std::max<int64_t>(1, min_prefill_chunk));
+    chunk = std::min(chunk, std::max<int64_t>(1, max_num_batched_tokens - num_decodes));  // as granted
   }
   const int64_t steps = (num_prefill_tokens + chunk - 1) / chunk;
   const double step = model.predict(StepFeatures{num_decodes + std::min(chunk, num_prefill_tokens), 0});

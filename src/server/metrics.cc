@@ -169,7 +169,8 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   w.scalar("pagellm:num_cached_blocks", "gauge", "KV-cache blocks registered in the prefix cache (held or free).",
            static_cast<double>(s.num_cached_blocks));
   w.scalar("pagellm:num_steps_total", "counter", "Engine steps (forward passes).", static_cast<double>(s.num_steps));
-  w.scalar("pagellm:step_seconds_total", "counter", "Wall time of all engine steps, schedule to outputs (seconds).",
+  w.scalar("pagellm:step_seconds_total", "counter",
+           "Wall time of all engine steps after scheduling: forward, sampling, stop checks (seconds).",
            s.step_seconds_total);
   w.scalar("pagellm:last_step_seconds", "gauge", "Wall time of the last engine step (seconds).", s.last_step_seconds);
   w.scalar("pagellm:last_step_predicted_seconds", "gauge",

@@ -224,8 +224,9 @@ int run_serve(const ServeOptions& o) {
   }
   if (ro.model_generation_config) log("sampling defaults: " + describe(engine.model_facts().default_sampling));
   if (ec.max_step_ms > 0) {
-    log("step-time budget: " + std::to_string(static_cast<int64_t>(ec.max_step_ms)) +
-        " ms (prefill chunks sized by the fitted step cost)");
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%g", ec.max_step_ms);
+    log(std::string("step-time budget: ") + ms + " ms (prefill chunks sized by the fitted step cost)");
   } else if (ec.max_step_ms < 0) {
     log("step-time budget: auto (3 x the predicted time of the running decodes alone)");
   } else {

@@ -90,39 +90,44 @@ TEST(AsyncEngine, AbortEndsTheRequestWithAFinalOutput) {
   EXPECT_LT(c.tokens, 500);
 }
 
-// --max-queue-delay-s: before any step is measured every request is admitted; once the cost
-// model has seen steps, a request whose predicted time to first token exceeds the limit is
-// refused at once naming the limit, and a generous limit admits it.
+// --max-queue-delay-s: once the cost model has seen steps, a request with prefill queued ahead
+// of it whose predicted time to first token exceeds the limit is refused at once naming the
+// limit; one with nothing queued ahead is always admitted (a 429 would be retried forever); a
+// generous limit admits both. max_num_seqs 1 keeps b waiting (its prompt queued) while a runs.
 TEST(AsyncEngine, PredictedQueueDelayOverTheLimitIsRefused) {
   for (const double limit : {1e-9, 3600.0}) {
     SCOPED_TRACE(limit);
     EngineConfig c;
     c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
     c.num_threads = 1;
+    c.max_num_seqs = 1;
     c.max_queue_delay_s = limit;
     AsyncEngine engine(std::make_unique<LLM>(c));
-    Collector first;
-    engine.add_request(req("first", 8), first.sink());  // nothing measured yet: admitted
-    first.done.get_future().wait();
-    // The stats are published after the step that delivered the last token.
+    Collector a, b, d;
+    engine.add_request(req("a", 400), a.sink());  // nothing measured yet: admitted
     for (int i = 0; i < 500 && !engine.stats().step_cost_ready; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     ASSERT_TRUE(engine.stats().step_cost_ready);
-    Collector second;
+    engine.add_request(req("b", 8), b.sink());  // a only decodes: nothing queued ahead
     if (limit < 1) {
       try {
-        engine.add_request(req("second", 8), second.sink());
+        engine.add_request(req("d", 8), d.sink());
         ADD_FAILURE() << "admitted past the predicted delay";
       } catch (const QueueFull& e) {
         EXPECT_NE(std::string(e.what()).find("exceeds --max-queue-delay-s"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("5 of its own"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("5 prompt tokens queued ahead, 5 of its own"), std::string::npos)
+            << e.what();
       }
-      EXPECT_EQ(engine.stats().num_waiting, 0);
     } else {
-      engine.add_request(req("second", 8), second.sink());
-      second.done.get_future().wait();
-      EXPECT_EQ(second.tokens, 8);
+      engine.add_request(req("d", 8), d.sink());
+    }
+    engine.abort_request("a");
+    b.done.get_future().wait();
+    EXPECT_EQ(b.tokens, 8);
+    if (limit > 1) {
+      d.done.get_future().wait();
+      EXPECT_EQ(d.tokens, 8);
     }
   }
 }

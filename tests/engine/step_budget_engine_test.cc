@@ -62,7 +62,8 @@ TEST(StepBudgetEngine, TinyBudgetSpreadsPromptsAndKeepsTheTokens) {
   // is its minimum, 8 tokens, and later prompts wait.
   auto llm = load();  // its own prefix cache: every prompt token is computed
   EngineCore core(*llm, SchedulerLimits{8, 512, 1e-9, 8});
-  core.add_request(greedy("warm-up", {1, 5, 6}, 1));  // the cost model's first measured step
+  core.add_request(greedy("warm-up", {1, 5, 6}, 2));  // step 1 is not fitted (page-in), step 2 is
+  core.step();
   core.step();
   ASSERT_TRUE(core.scheduler().cost_model().ready());
   for (const auto& r : reqs) core.add_request(r);
@@ -72,9 +73,10 @@ TEST(StepBudgetEngine, TinyBudgetSpreadsPromptsAndKeepsTheTokens) {
   steps = core.counters().num_steps;
   for (const auto& r : reqs) EXPECT_EQ(batched.at(r.request_id), alone.at(r.request_id)) << r.request_id;
   EXPECT_GE(steps, 1 + prompt_tokens / 8) << "prompts were meant to go 8 tokens a step";
-  EXPECT_EQ(core.scheduler().cost_model().num_observed(), steps);
+  EXPECT_EQ(core.scheduler().cost_model().num_observed(), steps - 1);
   EXPECT_GT(core.step_seconds_total(), 0);
-  EXPECT_GT(core.scheduler().cost_model().c_step() + core.scheduler().cost_model().c_token(), 0);
+  // The fit may put the time on any term (non-negative least squares); a step must cost something.
+  EXPECT_GT(core.scheduler().cost_model().predict(StepFeatures::chunk(0, 8)), 0);
 }
 
 }  // namespace
