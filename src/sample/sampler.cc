@@ -210,10 +210,13 @@ SampleResult Sampler::sample_with_logprobs(std::span<const float> logits, std::s
 
 std::vector<SampleResult> Sampler::sample_rows(std::span<const float> logits, int64_t num_rows,
                                                std::span<const int32_t> prompt_token_ids,
-                                               std::span<const int32_t> output_token_ids, bool with_logprobs) {
+                                               std::span<const int32_t> output_token_ids, bool with_logprobs,
+                                               std::span<const int32_t> draft) {
   PAGELLM_CHECK(
       num_rows > 0 && logits.size() % static_cast<size_t>(num_rows) == 0,
       "logits.size()=" + std::to_string(logits.size()) + " is not num_rows=" + std::to_string(num_rows) + " rows");
+  PAGELLM_CHECK(draft.empty() || static_cast<int64_t>(draft.size()) == num_rows - 1,
+                "a draft of " + std::to_string(draft.size()) + " tokens for " + std::to_string(num_rows) + " rows");
   const size_t vocab = logits.size() / static_cast<size_t>(num_rows);
   std::vector<SampleResult> results;
   results.reserve(static_cast<size_t>(num_rows));
@@ -225,7 +228,9 @@ std::vector<SampleResult> Sampler::sample_rows(std::span<const float> logits, in
     } else {
       results.push_back(SampleResult{sample(row, prompt_token_ids, rows_output_), 0.0f, 0, {}});
     }
-    rows_output_.push_back(results.back().token_id);
+    const int32_t tok = results.back().token_id;
+    if (!draft.empty() && (i == num_rows - 1 || tok != draft[static_cast<size_t>(i)])) break;
+    rows_output_.push_back(tok);
   }
   return results;
 }

@@ -95,9 +95,20 @@ class Sampler {
   // Throws SamplingError when a row leaves nothing to sample (rows before it have consumed
   // their draws, as the single calls would have). Precondition: num_rows > 0 divides
   // logits.size().
+  //
+  // With a draft (draft.size() == num_rows - 1: the proposed tokens whose positions rows
+  // 0..num_rows-2 predict, after the last real token), sampling stops after the first row i
+  // whose token differs from draft[i]: the result is draft[0, m) as sampled, then row m's token
+  // (the correction, or row num_rows-1's bonus token when every draft matched). This is the
+  // rejection rule of Leviathan et al. 2023 (arXiv:2211.17192) / Chen et al. 2023
+  // (arXiv:2302.01318) for a deterministic draft, q = one-hot(draft[i]): the draft is accepted
+  // with probability p(draft[i]) = min(1, p/q), and on rejection the token drawn is distributed
+  // as p without draft[i], renormalised = norm(max(0, p - q)). Each emitted token consumes the
+  // one draw it would without speculation, so a seeded request gets the same tokens either way.
   std::vector<SampleResult> sample_rows(std::span<const float> logits, int64_t num_rows,
                                         std::span<const int32_t> prompt_token_ids,
-                                        std::span<const int32_t> output_token_ids, bool with_logprobs);
+                                        std::span<const int32_t> output_token_ids, bool with_logprobs,
+                                        std::span<const int32_t> draft = {});
 
   const SamplingParams& params() const { return params_; }
 
