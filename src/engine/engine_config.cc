@@ -39,6 +39,14 @@ void EngineConfig::validate() const {
   if (!(max_queue_delay_s >= 0 && max_queue_delay_s <= 86400)) {
     throw Error("--max-queue-delay-s must be in [0, 86400] seconds, got " + std::to_string(max_queue_delay_s));
   }
+  if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpeculativeTokens) {
+    throw Error("--num-speculative-tokens must be in [1, " + std::to_string(kMaxSpeculativeTokens) + "], got " +
+                std::to_string(num_speculative_tokens));
+  }
+  if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 64) {
+    throw Error("--ngram-min must be >= 1 and --ngram-max in [--ngram-min, 64], got " + std::to_string(ngram_min) +
+                " and " + std::to_string(ngram_max));
+  }
 }
 
 GgmlType parse_kv_dtype(const std::string& text) {

@@ -35,6 +35,19 @@ struct EngineConfig {
   // ahead of it and its own, at the step cost model's speed) exceeds it gets QueueFull (HTTP
   // 429) at once instead of waiting; 0: off.
   double max_queue_delay_s = 0;
+  // Speculative decoding (engine/engine_core.h, spec/): --speculative-ngram turns on the n-gram
+  // proposer (prompt lookup over the request's own tokens, spec/ngram_proposer.h) with
+  // --ngram-min / --ngram-max; --num-speculative-tokens bounds the draft tokens per request and
+  // step (a request may lower it, or turn speculation off). With speculative_adaptive (the
+  // default; --no-speculative-adaptive fixes k) each step's k is the one that maximises the
+  // batch's predicted tokens per second, from the request's measured acceptance and the step cost
+  // model, so it falls to 0 when speculation would lose.
+  bool speculative_ngram = false;
+  int32_t ngram_min = 1;
+  int32_t ngram_max = 4;
+  int32_t num_speculative_tokens = 4;  // in [1, kMaxSpeculativeTokens]
+  bool speculative_adaptive = true;
+  static constexpr int32_t kMaxSpeculativeTokens = 16;
 
   // Throws pagellm::Error naming the flag and the value of the first setting out of range.
   void validate() const;

@@ -34,6 +34,12 @@ EngineCore::EngineCore(LLM& llm, const SchedulerLimits& limits)
     }
   }
   max_total_tokens_ = lo;
+  const EngineConfig& c = llm.config();
+  speculative_ = c.speculative_ngram;
+  ngram_ = NgramParams{c.ngram_min, c.ngram_max};
+  num_speculative_tokens_ = c.num_speculative_tokens;
+  speculative_adaptive_ = c.speculative_adaptive;
+  counters_.spec.num_accepted_tokens_per_pos.assign(EngineConfig::kMaxSpeculativeTokens, 0);
 }
 
 void EngineCore::add_request(const EngineRequest& req) {
@@ -50,6 +56,10 @@ void EngineCore::add_request(const EngineRequest& req) {
   if (req.max_tokens < 1) throw Error("max_tokens must be at least 1");
   if (states_.count(req.request_id) != 0) throw Error("duplicate request id '" + req.request_id + "'");
   req.sampling.validate(static_cast<int32_t>(vocab));
+  if (req.num_speculative_tokens < -1 || req.num_speculative_tokens > EngineConfig::kMaxSpeculativeTokens) {
+    throw Error("num_speculative_tokens must be in [0, " + std::to_string(EngineConfig::kMaxSpeculativeTokens) +
+                "], got " + std::to_string(req.num_speculative_tokens));
+  }
 
   auto r = std::make_unique<Request>();
   r->request_id = req.request_id;
@@ -60,6 +70,8 @@ void EngineCore::add_request(const EngineRequest& req) {
   r->max_tokens = static_cast<int32_t>(std::min<int64_t>(req.max_tokens, max_total_tokens_ - n_prompt));
   State st{req, std::make_unique<Sampler>(req.sampling), RequestTimes{}};
   st.times.arrival = r->arrival_time;
+  if (speculative_)
+    st.max_spec_tokens = req.num_speculative_tokens < 0 ? num_speculative_tokens_ : req.num_speculative_tokens;
   states_.emplace(req.request_id, std::move(st));
   if (!req.parallel_group.empty() && req.parallel_group_size > 1) {
     Group& g = groups_[req.parallel_group];
@@ -181,6 +193,7 @@ EngineCoreOutput EngineCore::finish(const std::string& id, RequestStatus status,
   out.num_prompt_tokens = static_cast<int32_t>(r->prompt_token_ids.size());
   out.num_cached_tokens = static_cast<int32_t>(r->num_cached_tokens);
   out.cumulative_logprob = st.cumulative_logprob;
+  out.num_accepted_draft_tokens = st.num_accepted_draft_tokens;
   out.times = st.times;
   states_.erase(id);
   return out;
@@ -205,15 +218,13 @@ void EngineCore::postprocess(Request& r, const float* logits, double now, Engine
   State& st = states_.at(r.request_id);
   const int64_t vocab = llm_.model().config().vocab_size;
   const std::span<const float> row(logits, static_cast<size_t>(vocab));
-  int32_t tok;
+  const bool with_logprob = st.params.sampling.logprobs >= 0 || st.params.need_cumulative_logprob;
+  SampleResult res{};
   try {
-    if (st.params.sampling.logprobs >= 0 || st.params.need_cumulative_logprob) {
-      SampleResult res = st.sampler->sample_with_logprobs(row, r.prompt_token_ids, r.output_token_ids);
-      tok = res.token_id;
-      st.cumulative_logprob += res.logprob;
-      if (st.params.sampling.logprobs >= 0) out.new_logprobs.push_back(std::move(res));
+    if (with_logprob) {
+      res = st.sampler->sample_with_logprobs(row, r.prompt_token_ids, r.output_token_ids);
     } else {
-      tok = st.sampler->sample(row, r.prompt_token_ids, r.output_token_ids);
+      res.token_id = st.sampler->sample(row, r.prompt_token_ids, r.output_token_ids);
     }
   } catch (const SamplingError& e) {
     // The model's logits leave nothing to sample (NaN / infinite weights): this request fails,
@@ -221,6 +232,17 @@ void EngineCore::postprocess(Request& r, const float* logits, double now, Engine
     out.error = e.what();
     out = finish(r.request_id, RequestStatus::kFinishedError, std::move(out), now);
     return;
+  }
+  append_token(r, res, with_logprob, now, out);
+}
+
+bool EngineCore::append_token(Request& r, const SampleResult& res, bool with_logprob, double now,
+                              EngineCoreOutput& out) {
+  State& st = states_.at(r.request_id);
+  const int32_t tok = res.token_id;
+  if (with_logprob) {
+    st.cumulative_logprob += res.logprob;
+    if (st.params.sampling.logprobs >= 0) out.new_logprobs.push_back(res);
   }
   r.output_token_ids.push_back(tok);
   out.new_token_ids.push_back(tok);
@@ -237,15 +259,105 @@ void EngineCore::postprocess(Request& r, const float* logits, double now, Engine
   if (eos || stop_id) {
     if (stop_id) out.stop_reason = std::to_string(tok);
     out = finish(r.request_id, RequestStatus::kFinishedStopped, std::move(out), now);
-    return;
+    return true;
   }
   if (static_cast<int64_t>(r.output_token_ids.size()) >= r.max_tokens) {
     out = finish(r.request_id, RequestStatus::kFinishedLength, std::move(out), now);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+// Per decode step, acceptance evidence keeps this fraction: old evidence fades, and a request
+// whose drafts stopped paying (k = 0) drifts back to the prior and probes again.
+constexpr double kSpecEvidenceDecay = 0.9;
+}  // namespace
+
+int32_t EngineCore::draft_length(const Request& r, const State& st, const StepFeatures& decodes,
+                                 int64_t num_decodes) const {
+  // Drafts past max_tokens are wasted: the bonus token may be the last one allowed.
+  const int64_t left = r.max_tokens - static_cast<int64_t>(r.output_token_ids.size()) - 1;
+  const auto k_max = static_cast<int32_t>(std::max<int64_t>(0, std::min<int64_t>(st.max_spec_tokens, left)));
+  if (k_max == 0 || !speculative_adaptive_) return k_max;
+  const StepCostModel& model = scheduler_.cost_model();
+  const double t0 = model.predict(decodes);
+  if (!model.ready() || !(t0 > 0)) return k_max;  // nothing measured yet: try
+  const double a = (st.spec_accepted + 1) / (st.spec_accepted + st.spec_rejections + 2);
+  const auto b = static_cast<double>(num_decodes);
+  double best_rate = b / t0, g = 0, a_pow = 1;
+  int32_t best_k = 0;
+  for (int32_t k = 1; k <= k_max; ++k) {
+    a_pow *= a;
+    g += a_pow;  // expected accepted drafts of k
+    StepFeatures f = decodes;
+    f += StepFeatures::chunk(r.num_computed_tokens + 1, k);
+    const double rate = (b + g) / model.predict(f);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_k = k;
+    }
+  }
+  return best_k;
+}
+
+void EngineCore::propose_drafts() {
+  if (!speculative_) return;
+  const std::vector<Request*>& running = scheduler_.running_requests();
+  StepFeatures decodes;
+  int64_t num_decodes = 0;
+  for (const Request* r : running) {
+    if (r->num_tokens() - r->num_computed_tokens != 1) continue;
+    decodes += StepFeatures::chunk(r->num_computed_tokens, 1);
+    ++num_decodes;
+  }
+  for (Request* r : running) {
+    r->spec_token_ids.clear();
+    // Decodes only, from the second token on (the first may fork an n > 1 group).
+    if (r->num_tokens() - r->num_computed_tokens != 1 || r->output_token_ids.empty()) continue;
+    State& st = states_.at(r->request_id);
+    if (st.max_spec_tokens == 0) continue;
+    st.spec_accepted *= kSpecEvidenceDecay;
+    st.spec_rejections *= kSpecEvidenceDecay;
+    const int32_t k = draft_length(*r, st, decodes, num_decodes);
+    if (k > 0) r->spec_token_ids = propose_ngram(r->all_token_ids(), ngram_, k);
+  }
+}
+
+void EngineCore::verify(Request& r, const ScheduledRequest& s, std::span<const float> logits, double now,
+                        EngineCoreOutput& out) {
+  State& st = states_.at(r.request_id);
+  const int64_t k = s.num_spec_tokens;
+  const bool with_logprob = st.params.sampling.logprobs >= 0 || st.params.need_cumulative_logprob;
+  std::vector<SampleResult> results;
+  try {
+    const std::span<const int32_t> draft(r.spec_token_ids.data(), static_cast<size_t>(k));
+    results = st.sampler->sample_rows(logits, 1 + k, r.prompt_token_ids, r.output_token_ids, with_logprob, draft);
+  } catch (const SamplingError& e) {
+    out.error = e.what();
+    out = finish(r.request_id, RequestStatus::kFinishedError, std::move(out), now);
+    return;
+  }
+  const auto num_accepted = static_cast<int64_t>(results.size()) - 1;
+  SpecDecodeCounters& c = counters_.spec;
+  ++c.num_drafts;
+  c.num_draft_tokens += k;
+  c.num_accepted_tokens += num_accepted;
+  for (int64_t j = 0; j < num_accepted; ++j) ++c.num_accepted_tokens_per_pos[static_cast<size_t>(j)];
+  st.spec_accepted += static_cast<double>(num_accepted);
+  if (num_accepted < k) st.spec_rejections += 1;
+  // The rejected drafts' K/V go; the accepted ones' stay (the bonus token has none yet).
+  r.spec_token_ids.clear();
+  scheduler_.roll_back(r, k - num_accepted);
+  for (int64_t j = 0; j <= num_accepted; ++j) {
+    if (j < num_accepted) ++st.num_accepted_draft_tokens;
+    if (append_token(r, results[static_cast<size_t>(j)], with_logprob, now, out)) return;  // st is gone
   }
 }
 
 std::vector<EngineCoreOutput> EngineCore::step() {
   std::vector<EngineCoreOutput> outputs;
+  propose_drafts();
   const SchedulerOutput so = scheduler_.schedule();
   if (so.scheduled.empty()) return outputs;
   const double t_sched = engine_now();
@@ -254,9 +366,6 @@ std::vector<EngineCoreOutput> EngineCore::step() {
     RequestTimes& times = states_.at(s.request->request_id).times;
     if (times.first_scheduled == 0) times.first_scheduled = t_sched;
   }
-  for (const ScheduledRequest& s : so.scheduled) {
-    PAGELLM_CHECK(s.num_logits_rows <= 1, "a verify step needs a verifier (issue 15)");
-  }
   runner_.copy_blocks(so.blocks_to_copy);
   const ModelRunnerOutput& mo = runner_.execute(so, kv_manager_);
   ++counters_.num_steps;
@@ -264,7 +373,8 @@ std::vector<EngineCoreOutput> EngineCore::step() {
   const double now = engine_now();
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& s = so.scheduled[i];
-    counters_.prompt_tokens += s.num_scheduled_tokens - (s.num_logits_rows > 0 ? 1 : 0);
+    counters_.prompt_tokens += s.num_scheduled_tokens - s.num_spec_tokens - (s.num_logits_rows > 0 ? 1 : 0);
+    if (s.num_spec_tokens == 0) s.request->spec_token_ids.clear();  // proposed, not granted
     if (s.num_logits_rows == 0) continue;
     EngineCoreOutput out;
     out.request_id = s.request->request_id;
@@ -274,11 +384,19 @@ std::vector<EngineCoreOutput> EngineCore::step() {
     const float* row_logits = mo.row(i).data();
     // n > 1: members of this request's group fork its blocks before it may finish and free them.
     if (s.request->output_token_ids.empty()) fork_group(*s.request, row_logits, now, outputs);
-    postprocess(*s.request, row_logits, now, out);
+    if (s.num_spec_tokens > 0) {
+      const size_t vocab = static_cast<size_t>(mo.vocab_size);
+      verify(*s.request, s, std::span<const float>(row_logits, static_cast<size_t>(s.num_logits_rows) * vocab), now,
+             out);
+    } else {
+      postprocess(*s.request, row_logits, now, out);
+    }
     if (!out.finished) {
+      const State& st = states_.at(id);
       out.num_generated_tokens = static_cast<int32_t>(s.request->output_token_ids.size());
-      out.times = states_.at(id).times;
-      out.cumulative_logprob = states_.at(id).cumulative_logprob;
+      out.times = st.times;
+      out.cumulative_logprob = st.cumulative_logprob;
+      out.num_accepted_draft_tokens = st.num_accepted_draft_tokens;
     }
     outputs.push_back(std::move(out));
   }

@@ -1,8 +1,22 @@
-// The synchronous engine, the only loop that drives the model: one step = schedule ->
-// ModelRunner::copy_blocks + execute (flat batch, forward, logits rows) -> sample -> update
-// (append tokens, token-level stop checks: EOS, stop_token_ids, max_tokens; free finished
-// requests' blocks in the same step). It speaks tokens only: text and stop strings are the
-// output processor's (engine/output_processor.h), which ends a request through stop_request().
+// The synchronous engine, the only loop that drives the model: one step = propose drafts ->
+// schedule -> ModelRunner::copy_blocks + execute (flat batch, forward, logits rows) -> sample
+// (or verify the drafts) -> update (append tokens, token-level stop checks: EOS,
+// stop_token_ids, max_tokens; roll back rejected drafts' KV; free finished requests' blocks in
+// the same step).
+//
+// Speculative decoding (Leviathan et al. 2023, arXiv:2211.17192; Chen et al. 2023,
+// arXiv:2302.01318) with the n-gram proposer (spec/ngram_proposer.h): before schedule(), each
+// running decode of a request that speculates gets up to k draft tokens
+// (Request::spec_token_ids); the scheduler grants them with its decode token, the forward
+// computes their K/V and 1 + k logits rows, Sampler::sample_rows with the draft accepts the
+// longest prefix the target itself samples plus one token of its own, and
+// Scheduler::roll_back drops the rejected positions' K/V. Every emitted token is the one
+// sampling without speculation emits (for a seeded request too), so outputs do not change.
+// Adaptive k: the k of each request maximises (B + g(k)) / (T + dT(k)), the step's predicted
+// tokens per second, with B the running decodes, T their step's predicted time, dT(k) the cost
+// model's extra time for k more tokens and g(k) = a + a^2 + ... + a^k the expected accepted
+// tokens at the request's measured acceptance a; k = 0 when nothing beats not speculating. It speaks tokens only: text
+// and stop strings are the output processor's (engine/output_processor.h), which ends a request through stop_request().
 // Single-threaded; AsyncEngine runs it on the engine thread, LLM::generate and `bench latency`
 // drive it directly.
 #pragma once
@@ -17,13 +31,24 @@
 #include "engine/model_runner.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
+#include "spec/ngram_proposer.h"
 
 namespace pagellm {
+
+// Speculative decoding totals (vLLM's spec_decode metrics).
+struct SpecDecodeCounters {
+  int64_t num_drafts = 0;           // verify steps of a request with >= 1 draft token
+  int64_t num_draft_tokens = 0;     // draft tokens verified
+  int64_t num_accepted_tokens = 0;  // of which accepted
+  // [EngineConfig::kMaxSpeculativeTokens] drafts accepted at draft position i (0-based)
+  std::vector<int64_t> num_accepted_tokens_per_pos;
+};
 
 struct EngineCounters {
   int64_t num_steps = 0;
   int64_t prompt_tokens = 0;      // tokens computed that were not sampled (prefill and recompute)
-  int64_t generation_tokens = 0;  // tokens sampled
+  int64_t generation_tokens = 0;  // tokens sampled (accepted drafts included)
+  SpecDecodeCounters spec;
 };
 
 class EngineCore {
@@ -66,12 +91,26 @@ class EngineCore {
     std::unique_ptr<Sampler> sampler;
     RequestTimes times;
     double cumulative_logprob = 0;
+    int32_t max_spec_tokens = 0;  // this request's k bound (0: no speculation)
+    // Acceptance evidence, decayed per verify step: drafts accepted, and verify steps that
+    // rejected one (acceptance a = (accepted + 1) / (accepted + rejections + 2)).
+    double spec_accepted = 0, spec_rejections = 0;
+    int32_t num_accepted_draft_tokens = 0;
   };
   struct Group {  // n > 1: members waiting to fork the leader's blocks
     std::string leader;
     std::vector<std::unique_ptr<Request>> pending;
   };
   void postprocess(Request& r, const float* logits, double now, EngineCoreOutput& out);
+  // Appends a sampled token (logprob result when requested) and applies the token-level stops;
+  // returns true when the request finished (out is then its final output).
+  bool append_token(Request& r, const SampleResult& res, bool with_logprob, double now, EngineCoreOutput& out);
+  // Sets spec_token_ids of every running decode that speculates (before schedule()).
+  void propose_drafts();
+  // The draft length for r this step (adaptive or fixed), given the decodes' step.
+  int32_t draft_length(const Request& r, const State& st, const StepFeatures& decodes, int64_t num_decodes) const;
+  // A verify step's rows for r: accepted drafts plus one token appended, rejected K/V rolled back.
+  void verify(Request& r, const ScheduledRequest& s, std::span<const float> logits, double now, EngineCoreOutput& out);
   // Forks the pending members of r's group from r (whose prompt was just computed) and samples
   // their first tokens from the same logits row.
   void fork_group(Request& leader, const float* logits, double now, std::vector<EngineCoreOutput>& outputs);
@@ -92,6 +131,10 @@ class EngineCore {
   std::unordered_map<std::string, std::string> group_of_;  // request id -> group (unforked members)
   EngineCounters counters_;
   int64_t max_total_tokens_;  // min(context length, whole KV pool in tokens)
+  bool speculative_ = false;  // a proposer is configured (EngineConfig::speculative_ngram)
+  NgramParams ngram_;
+  int32_t num_speculative_tokens_ = 0;  // the engine's k bound
+  bool speculative_adaptive_ = true;
   double last_step_seconds_ = 0, last_step_predicted_seconds_ = 0, step_seconds_total_ = 0;
 };
 

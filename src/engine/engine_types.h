@@ -34,7 +34,11 @@ struct EngineRequest {
   std::string parallel_group;
   int32_t parallel_group_size = 1;
   bool need_cumulative_logprob = false;  // compute RequestOutput::cumulative_logprob (best_of)
-  double arrival_time = 0;               // seconds, steady clock (engine sets it if 0)
+  // Draft tokens per step for this request when the engine has a proposer
+  // (EngineConfig::speculative_ngram): -1 the engine's num_speculative_tokens, 0 off, else at
+  // most EngineConfig::kMaxSpeculativeTokens.
+  int32_t num_speculative_tokens = -1;
+  double arrival_time = 0;  // seconds, steady clock (engine sets it if 0)
 };
 
 // Timestamps of one request, seconds on the steady clock (0 = not yet).
@@ -60,9 +64,10 @@ struct EngineCoreOutput {
   std::string error;                       // finish_reason "error": what failed
   std::optional<std::string> stop_reason;  // the stop string or token id text that matched
   int32_t num_prompt_tokens = 0;
-  int32_t num_generated_tokens = 0;  // total so far
-  int32_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache or a fork
-  double cumulative_logprob = 0;     // sum of the sampled tokens' logprobs (raw logits)
+  int32_t num_generated_tokens = 0;       // total so far
+  int32_t num_cached_tokens = 0;          // prompt tokens served from the prefix cache or a fork
+  double cumulative_logprob = 0;          // sum of the sampled tokens' logprobs (raw logits)
+  int32_t num_accepted_draft_tokens = 0;  // of num_generated_tokens, draft tokens accepted (speculation)
   RequestTimes times;
 };
 
@@ -97,6 +102,11 @@ struct EngineStats {
   bool step_cost_ready = false;         // the model has seen a step
   int64_t num_prefill_tokens_left = 0;  // Scheduler::num_prefill_tokens_left
   int64_t num_running_decodes = 0;      // Scheduler::num_running_decodes
+  // Speculative decoding (EngineCore's SpecDecodeCounters), totals since start.
+  int64_t spec_decode_num_drafts = 0;
+  int64_t spec_decode_num_draft_tokens = 0;
+  int64_t spec_decode_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_decode_num_accepted_tokens_per_pos;  // [num_speculative_tokens]
 };
 
 // add_request(s) beyond the waiting queue's bound (HTTP 429).

@@ -67,7 +67,10 @@ GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateO
   const auto t0 = std::chrono::steady_clock::now();
   auto t_first = t0;
   for (bool finished = false; !finished;) {
+    const bool after_first = !res.token_ids.empty();
     for (const EngineCoreOutput& out : core.step()) {
+      if (after_first) ++res.timings.decode_steps;
+      res.timings.num_accepted_draft_tokens = out.num_accepted_draft_tokens;
       for (int32_t tok : out.new_token_ids) {
         if (res.token_ids.empty()) {
           t_first = std::chrono::steady_clock::now();

@@ -31,8 +31,10 @@ struct GenerateOptions {
 
 struct GenerateTimings {
   int64_t prompt_tokens = 0;
-  double prompt_seconds = 0;  // prefill, up to the first token's logits
-  int64_t decode_tokens = 0;  // forward passes after the prefill
+  double prompt_seconds = 0;              // prefill, up to the first token's logits
+  int64_t decode_tokens = 0;              // tokens after the first (decode_steps of them, plus accepted drafts)
+  int64_t decode_steps = 0;               // forward passes after the first token
+  int64_t num_accepted_draft_tokens = 0;  // speculative decoding: of decode_tokens, drafts accepted
   double decode_seconds = 0;
   double prompt_tokens_per_s() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
   double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }

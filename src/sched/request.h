@@ -39,12 +39,20 @@ struct Request {
   // n > 1 leader not yet forked: members that will fork from it at its first token. Each holds a
   // running slot from the leader's admission on, so the forks never exceed max_num_seqs.
   int32_t num_fork_seats = 0;
+  // Draft tokens proposed for the positions after num_tokens() (speculative decoding): the
+  // scheduler grants them with the decode token and the step's logits verify them; they are
+  // never part of output_token_ids until accepted. Set by EngineCore before schedule(), cleared
+  // by it after the step and by Scheduler::preempt.
+  std::vector<int32_t> spec_token_ids;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_tokens() const { return num_prompt_tokens() + static_cast<int64_t>(output_token_ids.size()); }
-  // Token at position i of prompt + output.
+  // Token at position i of prompt + output + spec_token_ids.
   int32_t token_at(int64_t i) const {
-    return i < num_prompt_tokens() ? prompt_token_ids[i] : output_token_ids[i - num_prompt_tokens()];
+    if (i < num_prompt_tokens()) return prompt_token_ids[i];
+    i -= num_prompt_tokens();
+    const auto n_out = static_cast<int64_t>(output_token_ids.size());
+    return i < n_out ? output_token_ids[i] : spec_token_ids[i - n_out];
   }
   std::vector<int32_t> all_token_ids() const {
     std::vector<int32_t> t = prompt_token_ids;

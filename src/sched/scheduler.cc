@@ -83,6 +83,7 @@ Request* Scheduler::find(const std::string& request_id) {
 void Scheduler::preempt(Request* r) {
   kv_.free(r->request_id);
   r->num_computed_tokens = 0;
+  r->spec_token_ids.clear();
   r->status = RequestStatus::kWaiting;
   ++r->num_preemptions;
   ++num_preemptions_;
@@ -90,8 +91,7 @@ void Scheduler::preempt(Request* r) {
   insert_waiting(r);
 }
 
-int64_t Scheduler::prefill_chunk(int64_t start, int64_t remaining, const Budget& b) const {
-  const int64_t n = std::min(remaining, b.tokens);
+int64_t Scheduler::largest_fitting(int64_t start, int64_t n, const Budget& b) const {
   if (!b.timed || n <= 0) return n;
   // The largest m <= n whose step fits the time (the prediction grows with m).
   auto fits = [&](int64_t m) {
@@ -108,8 +108,15 @@ int64_t Scheduler::prefill_chunk(int64_t start, int64_t remaining, const Budget&
       hi = mid - 1;
     }
   }
-  if (!b.prefill_granted) lo = std::max(lo, std::min(n, std::max<int64_t>(1, limits_.min_prefill_chunk)));
   return lo;
+}
+
+int64_t Scheduler::prefill_chunk(int64_t start, int64_t remaining, const Budget& b) const {
+  const int64_t n = std::min(remaining, b.tokens);
+  int64_t m = largest_fitting(start, n, b);
+  if (b.timed && n > 0 && !b.prefill_granted)
+    m = std::max(m, std::min(n, std::max<int64_t>(1, limits_.min_prefill_chunk)));
+  return m;
 }
 
 // Step 1. Returns false when a preemption happened (then no waiting request is admitted).
@@ -120,9 +127,14 @@ bool Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
     const int64_t remaining = r->num_tokens() - r->num_computed_tokens;
     // A decode takes one of the tokens reserved for decodes (and its time was reserved), so a
     // prefill ahead of it in the running order cannot use them up; a chunk gets what fits.
+    // Draft tokens ride on a decode out of the prefill token budget and time, never forced.
     const bool decode = remaining == 1;
     if (decode ? budget.decode_tokens <= 0 : budget.tokens <= 0) continue;
-    const int64_t n = decode ? 1 : prefill_chunk(r->num_computed_tokens, remaining, budget);
+    const int64_t num_spec =
+        decode ? largest_fitting(r->num_computed_tokens + 1,
+                                 std::min(static_cast<int64_t>(r->spec_token_ids.size()), budget.tokens), budget)
+               : 0;
+    const int64_t n = decode ? 1 + num_spec : prefill_chunk(r->num_computed_tokens, remaining, budget);
     if (n <= 0) continue;
     kv_.release_out_of_window(r->request_id, r->num_computed_tokens);  // before it asks for more
     bool self_preempted = false;
@@ -138,9 +150,11 @@ bool Scheduler::schedule_running(SchedulerOutput& out, Budget& budget) {
       }
     }
     if (self_preempted) break;
-    out.scheduled.push_back(ScheduledRequest{r, n});
+    out.scheduled.push_back(ScheduledRequest{r, n, num_spec});
     if (decode) {
       --budget.decode_tokens;
+      budget.tokens -= num_spec;
+      if (num_spec > 0) budget.used += StepFeatures::chunk(r->num_computed_tokens + 1, num_spec);
     } else {
       budget.tokens -= n;
       budget.used += StepFeatures::chunk(r->num_computed_tokens, n);
@@ -207,7 +221,7 @@ SchedulerOutput Scheduler::schedule() {
   for (ScheduledRequest& s : out.scheduled) {
     out.num_scheduled_tokens += s.num_scheduled_tokens;
     const Request& r = *s.request;
-    const bool reaches_end = r.num_computed_tokens + s.num_scheduled_tokens == r.num_tokens();
+    const bool reaches_end = r.num_computed_tokens + s.num_scheduled_tokens - s.num_spec_tokens == r.num_tokens();
     s.num_logits_rows = reaches_end ? static_cast<int32_t>(1 + s.num_spec_tokens) : 0;
     out.features += StepFeatures::chunk(r.num_computed_tokens, s.num_scheduled_tokens);
   }
@@ -219,7 +233,7 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const ScheduledRequest& s : out.scheduled) {
     Request* r = s.request;
     r->num_computed_tokens += s.num_scheduled_tokens;
-    PAGELLM_CHECK(r->num_computed_tokens <= r->num_tokens(), "computed past the tokens");
+    PAGELLM_CHECK(r->num_computed_tokens <= r->num_tokens() + s.num_spec_tokens, "computed past the tokens");
     // Blocks whose tokens are final become prefix-cache entries: K/V computed (never before the
     // forward) and no speculative token left to verify (a rejected one would be rolled back).
     PAGELLM_CHECK(s.num_spec_tokens >= 0 && s.num_spec_tokens < s.num_scheduled_tokens,

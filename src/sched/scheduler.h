@@ -54,8 +54,9 @@ struct ScheduledRequest {
   Request* request = nullptr;
   int64_t num_scheduled_tokens = 0;  // positions [num_computed_tokens, +num_scheduled_tokens)
   // The last num_spec_tokens of the grant are proposed (draft) tokens that this step's logits
-  // verify; their blocks are not hashed into the prefix cache until they are accepted. Set by a
-  // proposer (speculative decoding, issue 15); 0 today. <= num_scheduled_tokens - 1.
+  // verify; their blocks are not hashed into the prefix cache until they are accepted. A decode
+  // gets min(Request::spec_token_ids, what the token and time budgets leave) of them.
+  // <= num_scheduled_tokens - 1.
   int64_t num_spec_tokens = 0;
   // Logits rows this sequence gets from the forward pass, for its last num_logits_rows positions:
   // 0 for a prefill chunk that does not reach num_tokens(), 1 for a step that samples one token,
@@ -105,6 +106,8 @@ class Scheduler {
   std::unique_ptr<Request> finish_request(const std::string& request_id, RequestStatus status);
 
   Request* find(const std::string& request_id);
+  // The running requests, best first (EngineCore sets their spec_token_ids before schedule()).
+  const std::vector<Request*>& running_requests() { return running_; }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   // Running requests plus the fork seats their unforked n > 1 leaders hold.
   int64_t num_seats_taken() const;
@@ -137,6 +140,9 @@ class Scheduler {
   static bool better(const Request* a, const Request* b);
   void insert_waiting(Request* r);
   void preempt(Request* r);
+  // The largest m <= n tokens from position `start` whose step still fits the time budget (n
+  // when untimed).
+  int64_t largest_fitting(int64_t start, int64_t n, const Budget& b) const;
   // Tokens to grant a chunk of `remaining` tokens from position `start` (not yet charged).
   int64_t prefill_chunk(int64_t start, int64_t remaining, const Budget& b) const;
   bool schedule_running(SchedulerOutput& out, Budget& budget);

@@ -35,11 +35,16 @@ void check_invariants(EngineCore& core, int step) {
   ASSERT_EQ(held + pool.num_free_blocks(), pool.num_blocks());
 }
 
-TEST(KvStress, RandomAddStepAbortWithSharingAndPreemption) {
+// speculative: n-gram drafts on every decode (fixed k = 3), so verify steps roll back rejected
+// tokens between the adds, aborts and preemptions.
+void run_stress(bool speculative) {
   EngineConfig c;
   c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
   c.num_threads = 1;
   c.block_size = 4;
+  c.speculative_ngram = speculative;
+  c.speculative_adaptive = false;
+  c.num_speculative_tokens = 3;
   LLM probe(c);
   c.kv_cache_bytes = probe.kv_cache().shape().bytes_per_token() * 4 * 32;  // 32 blocks of 4 tokens
   LLM llm(c);
@@ -87,7 +92,7 @@ TEST(KvStress, RandomAddStepAbortWithSharingAndPreemption) {
       }
     }
     check_invariants(core, step);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
     preemptions_seen = static_cast<int>(core.scheduler().num_preemptions());
   }
   while (core.has_work()) {
@@ -101,7 +106,16 @@ TEST(KvStress, RandomAddStepAbortWithSharingAndPreemption) {
   EXPECT_GT(core.scheduler().prefix_cache_hits(), 0);
   EXPECT_EQ(llm.kv_manager().pool().num_free_blocks(), llm.kv_cache().num_blocks());
   EXPECT_EQ(llm.kv_manager().num_requests(), 0);
+  if (speculative) {
+    const SpecDecodeCounters& spec = core.counters().spec;
+    EXPECT_GT(spec.num_accepted_tokens, 0);
+    EXPECT_LT(spec.num_accepted_tokens, spec.num_draft_tokens);  // rejections were rolled back
+  }
 }
+
+TEST(KvStress, RandomAddStepAbortWithSharingAndPreemption) { run_stress(false); }
+
+TEST(KvStress, RandomAddStepAbortWithSpeculativeRollback) { run_stress(true); }
 
 }  // namespace
 }  // namespace pagellm

@@ -25,8 +25,9 @@ std::vector<int32_t> iota_tokens(int n) {
   return t;
 }
 
-// A verify step computes 1 + 3 tokens of which 3 are proposals: only blocks of final tokens are
-// hashed. Two proposals are rejected and rolled back; the next step hashes the accepted one.
+// A verify step computes 1 + 3 tokens of which 3 are proposals (Request::spec_token_ids): only
+// blocks of final tokens are hashed. Two proposals are rejected and rolled back; the next step
+// hashes the accepted one.
 TEST(SchedulerSpec, SpeculativeTailIsHashedOnlyOnceAccepted) {
   KvCacheManager kv(100, 4, true);
   Scheduler s({8, 100}, kv);
@@ -37,17 +38,20 @@ TEST(SchedulerSpec, SpeculativeTailIsHashedOnlyOnceAccepted) {
   Request& a = *s.find("a");
   EXPECT_EQ(kv.num_hashed_blocks("a"), 1);
   // Position 6: the sampled token; 7, 8, 9: proposals.
-  a.output_token_ids = {50, 51, 52, 53};
+  a.output_token_ids = {50};
+  a.spec_token_ids = {51, 52, 53};
   SchedulerOutput o2 = s.schedule();
   ASSERT_EQ(o2.scheduled.size(), 1u);
   ASSERT_EQ(o2.scheduled[0].num_scheduled_tokens, 4);
-  o2.scheduled[0].num_spec_tokens = 3;
+  EXPECT_EQ(o2.scheduled[0].num_spec_tokens, 3);
+  EXPECT_EQ(o2.scheduled[0].num_logits_rows, 4);
   s.on_step_done(o2);
   EXPECT_EQ(a.num_computed_tokens, 10);
   EXPECT_EQ(kv.num_hashed_blocks("a"), 1);  // block 1 = positions 4..7; 7 is still a proposal
   EXPECT_EQ(kv.find_cached_prefix(a.all_token_ids(), root).num_tokens, 4);
   // The verifier accepts 51, rejects 52 and 53, and samples 60 at position 8.
   s.roll_back(a, 2);
+  a.spec_token_ids.clear();
   a.output_token_ids = {50, 51, 60};
   EXPECT_EQ(a.num_computed_tokens, 8);
   EXPECT_EQ(kv.block_table("a").size(), 2u);  // the block of positions 8..11 is released
@@ -73,6 +77,45 @@ TEST(SchedulerSpec, WithoutSpeculativeTokensHashingIsUnchanged) {
   s.find("a")->output_token_ids = {50, 51, 52, 53};
   s.on_step_done(s.schedule());  // 10 computed tokens, all final
   EXPECT_EQ(kv.num_hashed_blocks("a"), 2);
+}
+
+// Draft tokens ride on a decode out of what the token budget leaves after every decode's own
+// token; they never push a decode out, and a prefill chunk gets what they leave.
+TEST(SchedulerSpec, DraftTokensTakeOnlyWhatTheTokenBudgetLeaves) {
+  KvCacheManager kv(100, 4, false);
+  Scheduler s({8, 6}, kv);
+  s.add_request(make("a", iota_tokens(3), 1));
+  s.add_request(make("b", iota_tokens(3), 2));
+  s.on_step_done(s.schedule());
+  for (const char* id : {"a", "b"}) s.find(id)->output_token_ids = {50};
+  s.find("a")->spec_token_ids = {1, 2, 3, 4, 5, 6, 7};
+  s.add_request(make("c", iota_tokens(20), 3));
+  const SchedulerOutput o = s.schedule();
+  ASSERT_EQ(o.scheduled.size(), 2u);  // nothing is left for c's prefill
+  EXPECT_EQ(s.num_waiting(), 1);
+  EXPECT_EQ(o.scheduled[0].num_scheduled_tokens, 5);  // 1 + 4 drafts: 6 - b's decode token
+  EXPECT_EQ(o.scheduled[0].num_spec_tokens, 4);
+  EXPECT_EQ(o.scheduled[0].num_logits_rows, 5);
+  EXPECT_EQ(o.scheduled[1].num_scheduled_tokens, 1);
+  EXPECT_EQ(o.scheduled[1].num_logits_rows, 1);
+  EXPECT_EQ(o.num_scheduled_tokens, 6);
+  EXPECT_EQ(o.features.num_tokens, 6);
+}
+
+// With a time budget the drafts get what the predicted time leaves: never forced.
+TEST(SchedulerSpec, DraftTokensFitTheStepTimeBudget) {
+  KvCacheManager kv(100, 4, false);
+  Scheduler s({8, 100, 0.010, 1}, kv);
+  s.set_cost_model(StepCostModel::fixed(0.004, 0.001, 0));  // 4 ms + 1 ms per token
+  s.add_request(make("a", iota_tokens(3), 1));
+  s.on_step_done(s.schedule());
+  Request& a = *s.find("a");
+  a.output_token_ids = {50};
+  a.spec_token_ids = std::vector<int32_t>(10, 7);
+  const SchedulerOutput o = s.schedule();
+  ASSERT_EQ(o.scheduled.size(), 1u);
+  EXPECT_EQ(o.scheduled[0].num_spec_tokens, 5);  // 4 + 1 + 5 = 10 ms
+  EXPECT_LE(o.predicted_seconds, 0.010 + 1e-12);
 }
 
 }  // namespace

@@ -1,0 +1,195 @@
+// Speculative decoding in the engine (n-gram proposer): every output is the one without
+// speculation, alone and in batches, greedy and seeded sampling (tokens and logprobs bit for
+// bit), with prefix caching, preemption and n > 1; and drafts are really proposed, accepted and
+// rejected along the way (the counters say so).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "engine/engine_core.h"
+#include "test_util.h"
+
+namespace pagellm {
+namespace {
+
+std::unique_ptr<LLM> load(bool speculative, int64_t kv_blocks = 0, int32_t k = 4) {
+  EngineConfig c;
+  c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
+  c.num_threads = 2;
+  c.block_size = 8;
+  c.speculative_ngram = speculative;
+  c.speculative_adaptive = false;  // fixed k: every proposal is verified
+  c.num_speculative_tokens = k;
+  if (kv_blocks > 0) {
+    LLM probe(c);
+    c.kv_cache_bytes = probe.kv_cache().shape().bytes_per_token() * c.block_size * kv_blocks;
+  }
+  return std::make_unique<LLM>(c);
+}
+
+struct Result {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  std::string finish_reason;
+  int32_t num_accepted_draft_tokens = 0;
+};
+
+std::map<std::string, Result> run_all(EngineCore& core) {
+  std::map<std::string, Result> res;
+  for (int guard = 0; core.has_work() && guard < 100000; ++guard) {
+    for (const EngineCoreOutput& o : core.step()) {
+      Result& r = res[o.request_id];
+      r.ids.insert(r.ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      for (const SampleResult& s : o.new_logprobs) r.logprobs.push_back(s.logprob);
+      if (o.finished) {
+        r.finish_reason = o.finish_reason;
+        r.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
+      }
+    }
+  }
+  return res;
+}
+
+// Prompts that stories260K continues with repeats (drafts accepted) and random ones (rejected).
+std::vector<EngineRequest> requests(bool sampled, int count = 8) {
+  std::mt19937 rng(11);
+  std::vector<EngineRequest> out;
+  for (int i = 0; i < count; ++i) {
+    EngineRequest r;
+    r.request_id = "r" + std::to_string(i);
+    r.prompt_token_ids = {1};
+    const int n = 2 + static_cast<int>(rng() % 30);
+    for (int j = 0; j < n; ++j) r.prompt_token_ids.push_back(3 + static_cast<int32_t>(rng() % (i % 2 ? 509 : 40)));
+    r.max_tokens = 20 + static_cast<int32_t>(rng() % 60);
+    r.ignore_eos = i % 3 == 0;
+    if (sampled) {
+      r.sampling.temperature = 0.7f + 0.1f * static_cast<float>(i % 4);
+      r.sampling.top_p = i % 2 ? 0.9f : 1.0f;
+      r.sampling.top_k = i % 3 ? 40 : 0;
+      r.sampling.repetition_penalty = i % 4 == 1 ? 1.1f : 1.0f;
+      r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+      r.sampling.logprobs = 0;
+    } else {
+      r.sampling.temperature = 0;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+void expect_same(const std::map<std::string, Result>& got, const std::map<std::string, Result>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [id, w] : want) {
+    const Result& g = got.at(id);
+    EXPECT_EQ(g.ids, w.ids) << id;
+    EXPECT_EQ(g.finish_reason, w.finish_reason) << id;
+    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << id;
+    for (size_t j = 0; j < w.logprobs.size(); ++j) {
+      EXPECT_EQ(std::memcmp(&g.logprobs[j], &w.logprobs[j], sizeof(float)), 0) << id << " token " << j;
+    }
+  }
+}
+
+// The drafts were proposed, some accepted, some rejected: the test above them is not vacuous.
+void expect_speculated(const EngineCore& core) {
+  const SpecDecodeCounters& c = core.counters().spec;
+  EXPECT_GT(c.num_drafts, 0);
+  EXPECT_GT(c.num_accepted_tokens, 0);
+  EXPECT_LT(c.num_accepted_tokens, c.num_draft_tokens);
+  EXPECT_EQ(c.num_accepted_tokens_per_pos[0] >= c.num_accepted_tokens_per_pos[1], true);
+}
+
+std::map<std::string, Result> run(LLM& llm, const std::vector<EngineRequest>& reqs, bool one_by_one,
+                                  EngineCore** keep = nullptr, SchedulerLimits limits = {8, 256}) {
+  static std::unique_ptr<EngineCore> last;
+  last = std::make_unique<EngineCore>(llm, limits);
+  std::map<std::string, Result> all;
+  if (one_by_one) {
+    for (const EngineRequest& r : reqs) {
+      last->add_request(r);
+      for (auto& [id, res] : run_all(*last)) all[id] = res;
+    }
+  } else {
+    for (const EngineRequest& r : reqs) last->add_request(r);
+    all = run_all(*last);
+  }
+  if (keep != nullptr) *keep = last.get();
+  return all;
+}
+
+TEST(SpecDecodeEngine, GreedyOutputIsUnchangedAloneAndBatched) {
+  auto plain = load(false), spec = load(true);
+  const auto reqs = requests(false);
+  const auto want = run(*plain, reqs, true);
+  EngineCore* core = nullptr;
+  expect_same(run(*spec, reqs, true, &core), want);
+  expect_speculated(*core);
+  expect_same(run(*spec, reqs, false, &core), want);
+  expect_speculated(*core);
+  int64_t accepted = 0;
+  for (const auto& [id, r] : run(*spec, reqs, false, &core)) accepted += r.num_accepted_draft_tokens;
+  EXPECT_EQ(accepted, core->counters().spec.num_accepted_tokens);  // no stop cut an accepted draft here
+}
+
+TEST(SpecDecodeEngine, SeededSamplingTokensAndLogprobsAreUnchanged) {
+  auto plain = load(false), spec = load(true);
+  const auto reqs = requests(true);
+  const auto want = run(*plain, reqs, false);
+  EngineCore* core = nullptr;
+  expect_same(run(*spec, reqs, false, &core), want);
+  expect_speculated(*core);
+}
+
+TEST(SpecDecodeEngine, PerRequestOffAndKBoundsAreHonoured) {
+  auto spec = load(true, 0, 6);
+  auto reqs = requests(false);
+  for (EngineRequest& r : reqs) r.num_speculative_tokens = 0;
+  EngineCore* core = nullptr;
+  const auto off = run(*spec, reqs, false, &core);
+  EXPECT_EQ(core->counters().spec.num_drafts, 0);
+  for (EngineRequest& r : reqs) r.num_speculative_tokens = 2;
+  expect_same(run(*spec, reqs, false, &core), off);
+  expect_speculated(*core);
+  EXPECT_EQ(core->counters().spec.num_accepted_tokens_per_pos[2], 0);  // k <= 2
+  reqs[0].num_speculative_tokens = 17;
+  EngineCore bad(*spec);
+  EXPECT_THROW(bad.add_request(reqs[0]), Error);
+}
+
+// A pool of 40 blocks of 8 tokens for 8 requests of up to ~110 tokens: preemption and
+// recompute; prompts share prefixes (prefix cache hits) and pairs are n = 2 groups.
+TEST(SpecDecodeEngine, PreemptionPrefixCachingAndParallelSamplingKeepTheOutput) {
+  auto plain = load(false), spec = load(true, 40);
+  auto reqs = requests(true);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (i % 2 == 1) {
+      reqs[i].prompt_token_ids = reqs[i - 1].prompt_token_ids;
+      reqs[i].parallel_group = "g" + std::to_string(i - 1);
+      reqs[i].parallel_group_size = 2;
+      reqs[i - 1].parallel_group = reqs[i].parallel_group;
+      reqs[i - 1].parallel_group_size = 2;
+      reqs[i].max_tokens = reqs[i - 1].max_tokens;
+    }
+    if (i >= 4) {  // a shared 17-token prefix with request 0
+      std::vector<int32_t> p(reqs[0].prompt_token_ids.begin(),
+                             reqs[0].prompt_token_ids.begin() + std::min<size_t>(17, reqs[0].prompt_token_ids.size()));
+      p.insert(p.end(), reqs[i].prompt_token_ids.begin() + 1, reqs[i].prompt_token_ids.end());
+      reqs[i].prompt_token_ids = p;
+    }
+  }
+  for (size_t i = 4; i < reqs.size(); i += 2) reqs[i + 1].prompt_token_ids = reqs[i].prompt_token_ids;
+  const auto want = run(*plain, reqs, false);
+  EngineCore* core = nullptr;
+  expect_same(run(*spec, reqs, false, &core), want);
+  expect_speculated(*core);
+  EXPECT_GT(core->scheduler().num_preemptions(), 0);
+  EXPECT_GT(core->scheduler().prefix_cache_hits(), 0);
+  const BlockPool& pool = spec->kv_manager().pool();
+  EXPECT_EQ(pool.num_free_blocks(), pool.num_blocks());
+  for (int32_t b = 0; b < pool.num_blocks(); ++b) EXPECT_EQ(pool.ref_cnt(b), 0);
+}
+
+}  // namespace
+}  // namespace pagellm
