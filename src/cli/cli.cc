@@ -13,6 +13,24 @@
 
 namespace pagellm::cli {
 
+void add_speculative_options(CLI::App& app, EngineConfig& e) {
+  app.add_flag("--speculative-ngram", e.speculative_ngram,
+               "Speculative decoding with n-gram (prompt lookup) drafts: the tokens that followed the last n "
+               "tokens' earlier occurrence in the request's prompt and output, verified in one forward pass; "
+               "outputs are unchanged");
+  app.add_option("--ngram-min", e.ngram_min, "Shortest n-gram looked up")->capture_default_str();
+  app.add_option("--ngram-max", e.ngram_max, "Longest n-gram looked up (the longest match wins)")
+      ->capture_default_str();
+  app.add_option("--num-speculative-tokens", e.num_speculative_tokens,
+                 "Most draft tokens per request and step (a request's speculative.num_speculative_tokens may "
+                 "lower it)")
+      ->capture_default_str();
+  app.add_flag(
+      "--no-speculative-adaptive", [&e](int64_t) { e.speculative_adaptive = false; },
+      "Always draft --num-speculative-tokens (default: each step's k maximises the predicted tokens per second "
+      "from the measured acceptance and step cost, 0 when speculation would lose)");
+}
+
 std::string default_model_path() {
   namespace fs = std::filesystem;
   const fs::path rel = fs::path("models") / "stories260K-f32.gguf";

@@ -24,6 +24,7 @@ struct GenerateArgs {
   std::string kv_dtype = "f32";
   bool ignore_eos = false;
   bool json = false;
+  EngineConfig speculative;  // its speculative_* / ngram_* / num_speculative_tokens fields only
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -32,6 +33,11 @@ int run_generate(const GenerateArgs& a) {
   cfg.num_threads = a.threads;
   cfg.block_size = a.block_size;
   cfg.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  cfg.speculative_ngram = a.speculative.speculative_ngram;
+  cfg.ngram_min = a.speculative.ngram_min;
+  cfg.ngram_max = a.speculative.ngram_max;
+  cfg.num_speculative_tokens = a.speculative.num_speculative_tokens;
+  cfg.speculative_adaptive = a.speculative.speculative_adaptive;
   LLM llm(cfg);  // validates cfg
 
   GenerateOptions opt;
@@ -75,6 +81,17 @@ int run_generate(const GenerateArgs& a) {
                     {"prompt_ms", t.prompt_seconds * 1e3},
                     {"prompt_tokens_per_s", t.prompt_tokens_per_s()},
                     {"decode_tokens", t.decode_tokens},
+                    {"decode_steps", t.decode_steps},
+                    {"accepted_draft_tokens", t.num_accepted_draft_tokens},
+                    {"spec_decode",
+                     {{"num_drafts", t.spec.num_drafts},
+                      {"num_draft_tokens", t.spec.num_draft_tokens},
+                      {"num_accepted_tokens", t.spec.num_accepted_tokens},
+                      {"num_accepted_tokens_per_pos",
+                       std::vector<int64_t>(t.spec.num_accepted_tokens_per_pos.begin(),
+                                            t.spec.num_accepted_tokens_per_pos.begin() +
+                                                std::min<size_t>(t.spec.num_accepted_tokens_per_pos.size(),
+                                                                 static_cast<size_t>(cfg.num_speculative_tokens)))}}},
                     {"decode_ms", t.decode_seconds * 1e3},
                     {"decode_tokens_per_s", t.decode_tokens_per_s()}};
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -82,10 +99,10 @@ int run_generate(const GenerateArgs& a) {
     std::fputs("\n", stdout);
     std::fprintf(stderr,
                  "\nprompt: %lld tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens, %lld decode steps in %.1f "
-                 "ms (%.1f tokens/s); finish_reason=%s\n",
+                 "ms (%.1f tokens/s, %lld accepted draft tokens); finish_reason=%s\n",
                  static_cast<long long>(t.prompt_tokens), t.prompt_seconds * 1e3, t.prompt_tokens_per_s(),
-                 r.token_ids.size(), static_cast<long long>(t.decode_tokens), t.decode_seconds * 1e3,
-                 t.decode_tokens_per_s(), r.finish_reason.c_str());
+                 r.token_ids.size(), static_cast<long long>(t.decode_steps), t.decode_seconds * 1e3,
+                 t.decode_tokens_per_s(), static_cast<long long>(t.num_accepted_draft_tokens), r.finish_reason.c_str());
   }
   return 0;
 }
@@ -110,6 +127,7 @@ Handler add_generate(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type: f32 or f16");
   app.add_flag("--ignore-eos", a->ignore_eos, "Keep generating after the end-of-sequence token");
+  add_speculative_options(app, a->speculative);
   app.add_flag("--json", a->json, "Print one JSON object: prompt_token_ids, token_ids, text, timings");
   return [a] { return run_generate(*a); };
 }

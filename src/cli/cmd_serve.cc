@@ -46,6 +46,7 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--target-itl-ms", *target_itl, "Inter-token latency target (ms): sets --max-step-ms to 0.9 x it")
       ->excludes(max_step_opt)
       ->check(CLI::Range(0.0, 3.6e6));
+  add_speculative_options(app, e);
   app.add_flag(
       "--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
       "Turn off automatic prefix caching (shared KV blocks for shared prompt prefixes)");

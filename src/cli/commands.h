@@ -6,6 +6,8 @@
 #include <functional>
 #include <string>
 
+#include "engine/engine_config.h"
+
 namespace pagellm::cli {
 
 using Handler = std::function<int()>;
@@ -16,6 +18,10 @@ Handler add_info(CLI::App& app);
 Handler add_make_model(CLI::App& app);
 Handler add_bench(CLI::App& app);
 Handler add_serve(CLI::App& app);
+
+// --speculative-ngram, --ngram-min, --ngram-max, --num-speculative-tokens,
+// --no-speculative-adaptive (serve, generate, bench): speculative decoding settings of `e`.
+void add_speculative_options(CLI::App& app, EngineConfig& e);
 
 // The model used when -m is not given: models/stories260K-f32.gguf, looked up in the current
 // directory, then beside the binary (../models when the binary is build/pagellm).

@@ -119,6 +119,13 @@ struct AsyncEngine::Impl {
     stats.step_cost_ready = m.ready();
     stats.num_prefill_tokens_left = s.num_prefill_tokens_left();
     stats.num_running_decodes = s.num_running_decodes();
+    const SpecDecodeCounters& spec = core.counters().spec;
+    stats.spec_decode_num_drafts = spec.num_drafts;
+    stats.spec_decode_num_draft_tokens = spec.num_draft_tokens;
+    stats.spec_decode_num_accepted_tokens = spec.num_accepted_tokens;
+    stats.spec_decode_num_accepted_tokens_per_pos.assign(
+        spec.num_accepted_tokens_per_pos.begin(),
+        spec.num_accepted_tokens_per_pos.begin() + core.llm().config().num_speculative_tokens);
     num_queued = static_cast<int64_t>(inbox.size()) + stats.num_waiting;
     queued_prefill_tokens = stats.num_prefill_tokens_left;
     const std::string* last_group = nullptr;

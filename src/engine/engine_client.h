@@ -31,6 +31,7 @@ struct ModelFacts {
   // were read; default_sampling is then the OpenAI defaults. A frontend that uses the model's
   // defaults must refuse to start on it; one that ignores them need not.
   std::string default_sampling_error;
+  bool speculative = false;  // a draft proposer runs (EngineConfig::speculative_ngram)
 };
 
 class EngineClient {

@@ -35,15 +35,6 @@
 
 namespace pagellm {
 
-// Speculative decoding totals (vLLM's spec_decode metrics).
-struct SpecDecodeCounters {
-  int64_t num_drafts = 0;           // verify steps of a request with >= 1 draft token
-  int64_t num_draft_tokens = 0;     // draft tokens verified
-  int64_t num_accepted_tokens = 0;  // of which accepted
-  // [EngineConfig::kMaxSpeculativeTokens] drafts accepted at draft position i (0-based)
-  std::vector<int64_t> num_accepted_tokens_per_pos;
-};
-
 struct EngineCounters {
   int64_t num_steps = 0;
   int64_t prompt_tokens = 0;      // tokens computed that were not sampled (prefill and recompute)

@@ -41,6 +41,15 @@ struct EngineRequest {
   double arrival_time = 0;  // seconds, steady clock (engine sets it if 0)
 };
 
+// Speculative decoding totals (vLLM's spec_decode metrics).
+struct SpecDecodeCounters {
+  int64_t num_drafts = 0;           // verify steps of a request with >= 1 draft token
+  int64_t num_draft_tokens = 0;     // draft tokens verified
+  int64_t num_accepted_tokens = 0;  // of which accepted
+  // [EngineConfig::kMaxSpeculativeTokens, engine/engine_config.h] drafts accepted at draft position i (0-based)
+  std::vector<int64_t> num_accepted_tokens_per_pos;
+};
+
 // Timestamps of one request, seconds on the steady clock (0 = not yet).
 struct RequestTimes {
   double arrival = 0;

@@ -90,6 +90,7 @@ GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateO
     }
   }
   res.timings.decode_tokens = static_cast<int64_t>(res.token_ids.size()) - 1;
+  res.timings.spec = core.counters().spec;
   res.timings.decode_seconds = seconds_since(t_first);
   const std::string tail = utf8.flush();
   if (on_text && !tail.empty()) on_text(tail);

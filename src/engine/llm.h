@@ -13,6 +13,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine_config.h"
+#include "engine/engine_types.h"
 #include "engine/model_runner.h"
 #include "format/gguf.h"
 #include "kv/kv_cache.h"
@@ -36,6 +37,7 @@ struct GenerateTimings {
   int64_t decode_steps = 0;               // forward passes after the first token
   int64_t num_accepted_draft_tokens = 0;  // speculative decoding: of decode_tokens, drafts accepted
   double decode_seconds = 0;
+  SpecDecodeCounters spec;  // speculative decoding: this generation's verify steps
   double prompt_tokens_per_s() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
   double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
 };

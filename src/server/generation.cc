@@ -104,6 +104,7 @@ void GenerationCall::on_output(size_t index, const RequestOutput& out) {
     c.finished = true;
     r.num_cached_tokens = out.num_cached_tokens;
     r.cumulative_logprob = out.cumulative_logprob;
+    r.num_accepted_draft_tokens = out.num_accepted_draft_tokens;
     r.finish_reason = out.finish_reason;
     if (out.finish_reason == "stop") r.stop_reason = out.stop_reason;
     ++num_finished_;

@@ -185,6 +185,24 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   w.scalar("pagellm:step_cost_mean_relative_error", "gauge",
            "Weighted mean of |predicted - measured| / measured step time over recent steps.",
            s.step_cost_mean_relative_error);
+  // Speculative decoding: vLLM's spec_decode_* counters (0 without a proposer).
+  w.scalar("pagellm:spec_decode_num_drafts_total", "counter", "Verify steps of a request with draft tokens.",
+           static_cast<double>(s.spec_decode_num_drafts));
+  w.scalar("pagellm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.",
+           static_cast<double>(s.spec_decode_num_draft_tokens));
+  w.scalar("pagellm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+           static_cast<double>(s.spec_decode_num_accepted_tokens));
+  w.header("pagellm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Draft tokens accepted at each draft position (0-based).");
+  for (size_t i = 0; i < s.spec_decode_num_accepted_tokens_per_pos.size(); ++i) {
+    w.sample("pagellm:spec_decode_num_accepted_tokens_per_pos_total", "position=\"" + std::to_string(i) + "\"",
+             std::to_string(s.spec_decode_num_accepted_tokens_per_pos[i]));
+  }
+  w.scalar("pagellm:spec_decode_mean_accepted_length", "gauge",
+           "Tokens per verify step: 1 + accepted / drafts (0 before any draft).",
+           s.spec_decode_num_drafts > 0
+               ? 1.0 + static_cast<double>(s.spec_decode_num_accepted_tokens) / s.spec_decode_num_drafts
+               : 0.0);
   std::lock_guard<std::mutex> lock(mu_);
   w.scalar("pagellm:prompt_tokens_total", "counter", "Number of prompt tokens processed (once per request).",
            static_cast<double>(prompt_tokens_));

@@ -45,6 +45,7 @@ struct ModelInfo {
   int32_t max_model_len = 0;                                    // context length, tokens (prompt + generated)
   int32_t max_sequences_per_request = kMaxSequencesPerRequest;  // prompts x best_of (serve --max-n)
   SamplingParams default_sampling;  // what a request's omitted sampling fields take (serve --generation-config)
+  bool speculative = false;         // the engine proposes draft tokens (speculative decoding)
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -71,6 +72,7 @@ struct GenerationPlan {
   int32_t best_of = 1;
   int64_t discarded_completion_tokens = 0;  // tokens of best_of sequences not returned (billed)
   int64_t cached_tokens = 0;                // prompt tokens reused from the prefix cache
+  bool speculative = false;                 // the engine speculates for this request's sequences
   // Top logprobs per token: -1 none; completions: `logprobs`; chat: `top_logprobs` (0 when
   // `logprobs` is true without it).
   int32_t logprobs = -1;
@@ -121,17 +123,23 @@ struct ChoiceResult {
   std::string text;                    // generated text (no echo)
   std::string finish_reason;           // "stop" | "length" | "abort"
   std::optional<std::string> stop_reason;
-  int32_t num_cached_tokens = 0;  // prompt tokens reused (prefix cache or parallel group)
-  double cumulative_logprob = 0;  // when best_of > n
+  int32_t num_cached_tokens = 0;          // prompt tokens reused (prefix cache or parallel group)
+  double cumulative_logprob = 0;          // when best_of > n
+  int32_t num_accepted_draft_tokens = 0;  // of token_ids, accepted speculative draft tokens
 };
 
 struct Usage {
   int64_t prompt_tokens = 0;      // each prompt counted once, whatever n
   int64_t completion_tokens = 0;  // all choices (and discarded best_of sequences)
   int64_t cached_tokens = 0;      // usage.prompt_tokens_details.cached_tokens
+  // Speculative decoding (plan.speculative): completion tokens that were accepted draft tokens,
+  // usage.completion_tokens_details.accepted_prediction_tokens (OpenAI's field for tokens of a
+  // prediction that appear in the completion); -1: not speculative, the field is left out.
+  int64_t accepted_prediction_tokens = -1;
 };
 Usage plan_usage(const GenerationPlan& plan, const std::vector<ChoiceResult>& choices);
-// {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}
+// {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}
+//  [, completion_tokens_details: {accepted_prediction_tokens}]}
 ResponseJson usage_json(const Usage& usage);
 // Sets plan.cached_tokens, and with best_of > n keeps per prompt the n sequences with the highest
 // cumulative logprob (ties: lower index), counting the others in discarded_completion_tokens.

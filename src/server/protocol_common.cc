@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "engine/engine_config.h"
 #include "server/protocol_internal.h"
 #include "tokenizer/tokenizer.h"
 
@@ -144,6 +145,23 @@ CommonParams parse_common_params(const Fields& f, const ModelInfo& model, bool c
     if (salt->empty()) throw bad_request("'cache_salt' must be a non-empty string", "cache_salt");
     p.cache_salt = *salt;
   }
+  if (const nlohmann::json* spec = f.get("speculative")) {
+    if (spec->is_boolean()) {
+      p.num_speculative_tokens = spec->get<bool>() ? -1 : 0;
+    } else if (spec->is_object()) {
+      for (const auto& [key, value] : spec->items()) {
+        if (key != "num_speculative_tokens") {
+          throw bad_request("unknown field 'speculative." + brief(key) + "' (only num_speculative_tokens)",
+                            "speculative");
+        }
+      }
+      const Fields sf(*spec, "speculative.");
+      p.num_speculative_tokens = static_cast<int32_t>(
+          sf.integer("num_speculative_tokens", 0, EngineConfig::kMaxSpeculativeTokens).value_or(-1));
+    } else {
+      wrong_type("speculative", "a boolean or an object", *spec);
+    }
+  }
   return p;
 }
 
@@ -226,6 +244,7 @@ void fan_out(GenerationPlan* plan, const CommonParams& p, const ModelInfo& model
   plan->include_usage = p.include_usage;
   plan->n = p.n;
   plan->best_of = p.best_of > 0 ? p.best_of : p.n;
+  plan->speculative = model.speculative && p.num_speculative_tokens != 0;
   const size_t total = plan->prompts.size() * static_cast<size_t>(plan->best_of);
   if (total > static_cast<size_t>(model.max_sequences_per_request)) {
     const bool by_best_of = plan->best_of > plan->n;  // best_of sets the sequences per prompt
@@ -250,6 +269,7 @@ void fan_out(GenerationPlan* plan, const CommonParams& p, const ModelInfo& model
       r.ignore_eos = p.ignore_eos;
       r.priority = p.priority;
       r.cache_salt = p.cache_salt;
+      r.num_speculative_tokens = p.num_speculative_tokens;
       if (plan->best_of > 1) {  // the prompt is computed once and its blocks shared
         r.parallel_group = plan->id + "-p" + std::to_string(pi);
         r.parallel_group_size = plan->best_of;
@@ -271,14 +291,22 @@ Usage plan_usage(const GenerationPlan& plan, const std::vector<ChoiceResult>& ch
   for (const ChoiceResult& c : choices) u.completion_tokens += static_cast<int64_t>(c.token_ids.size());
   u.completion_tokens += plan.discarded_completion_tokens;
   u.cached_tokens = plan.cached_tokens;
+  if (plan.speculative) {
+    u.accepted_prediction_tokens = 0;
+    for (const ChoiceResult& c : choices) u.accepted_prediction_tokens += c.num_accepted_draft_tokens;
+  }
   return u;
 }
 
 ResponseJson usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  ResponseJson j = {{"prompt_tokens", u.prompt_tokens},
+                    {"completion_tokens", u.completion_tokens},
+                    {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                    {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.accepted_prediction_tokens >= 0) {
+    j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.accepted_prediction_tokens}};
+  }
+  return j;
 }
 
 std::vector<ChoiceResult> select_best_of(GenerationPlan& plan, std::vector<ChoiceResult> all) {

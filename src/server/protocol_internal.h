@@ -114,7 +114,9 @@ struct CommonParams {
   bool include_usage = false;
   int32_t priority = 0;
   std::string cache_salt;  // prefix-cache namespace ("" = shared)
-  int32_t best_of = 0;     // completions: sequences per prompt (>= n); 0 = n
+  // `speculative`: false -> 0 (off), true / absent -> -1 (the server's), {"num_speculative_tokens": k}
+  int32_t num_speculative_tokens = -1;
+  int32_t best_of = 0;  // completions: sequences per prompt (>= n); 0 = n
 };
 
 // 404 invalid_request_error, code model_not_found (as OpenAI and vLLM) when `model` is given and

@@ -150,6 +150,7 @@ Routes::Routes(EngineClient& engine, const Tokenizer& tokenizer, ServerMetrics& 
   model_.served_model_name = options_.served_model_name;
   model_.max_model_len = static_cast<int32_t>(engine.model_facts().max_model_len);
   model_.max_sequences_per_request = options_.max_sequences_per_request;
+  model_.speculative = engine.model_facts().speculative;
   if (options_.model_generation_config) model_.default_sampling = engine.model_facts().default_sampling;
 }
 

@@ -23,6 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "server/sse.h"
+
 namespace pagellm::test {
 
 struct HttpResult {
@@ -282,5 +286,51 @@ class ServerProcess {
   std::string tail_;  // last 16 KiB of the server's stderr after start-up
   std::thread reader_;
 };
+
+// /metrics as name{labels} -> value, plus the first sample under each bare name.
+inline std::map<std::string, double> read_metrics(int port) {
+  std::map<std::string, double> m;
+  const HttpResult r = http(port, "GET", "/metrics");
+  size_t pos = 0;
+  while (pos < r.body.size()) {
+    const size_t eol = r.body.find('\n', pos);
+    const std::string line = r.body.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    const std::string key = line.substr(0, sp);
+    const double v = std::stod(line.substr(sp + 1));
+    m[key] = v;
+    m.emplace(key.substr(0, key.find('{')), v);  // first sample under the bare name
+  }
+  return m;
+}
+
+// The concatenated text deltas of an SSE body, with the finish_reason of each choice.
+struct Streamed {
+  std::string text;
+  std::vector<std::string> finish_reasons;
+  bool done = false;
+  nlohmann::json usage;
+};
+inline Streamed collect(const std::string& body, bool chat) {
+  Streamed s;
+  for (const std::string& data : server::parse_sse_data(body)) {
+    if (data == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    const nlohmann::json j = nlohmann::json::parse(data);
+    if (j.contains("usage") && !j["usage"].is_null()) s.usage = j["usage"];
+    for (const nlohmann::json& c : j["choices"]) {
+      if (chat)
+        s.text += c["delta"].value("content", "");
+      else
+        s.text += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) s.finish_reasons.push_back(c["finish_reason"]);
+    }
+  }
+  return s;
+}
 
 }  // namespace pagellm::test
