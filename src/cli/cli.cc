@@ -18,6 +18,9 @@ void add_speculative_options(CLI::App& app, EngineConfig& e) {
                "Speculative decoding with n-gram (prompt lookup) drafts: the tokens that followed the last n "
                "tokens' earlier occurrence in the request's prompt and output, verified in one forward pass; "
                "outputs are unchanged");
+  app.add_option("--speculative-self-layers", e.speculative_self_layers,
+                 "Self-speculative decoding: the draft is the model's first L layers with its final norm and LM "
+                 "head (greedy), sharing its KV cache; L < the model's layers (instead of --speculative-ngram)");
   app.add_option("--ngram-min", e.ngram_min, "Shortest n-gram looked up")->capture_default_str();
   app.add_option("--ngram-max", e.ngram_max, "Longest n-gram looked up (the longest match wins)")
       ->capture_default_str();

@@ -43,6 +43,12 @@ void EngineConfig::validate() const {
     throw Error("--num-speculative-tokens must be in [1, " + std::to_string(kMaxSpeculativeTokens) + "], got " +
                 std::to_string(num_speculative_tokens));
   }
+  if (speculative_self_layers < 0) {
+    throw Error("--speculative-self-layers must be >= 1, got " + std::to_string(speculative_self_layers));
+  }
+  if (speculative_ngram && speculative_self_layers > 0) {
+    throw Error("--speculative-ngram and --speculative-self-layers are two proposers: choose one");
+  }
   if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 64) {
     throw Error("--ngram-min must be >= 1 and --ngram-max in [--ngram-min, 64], got " + std::to_string(ngram_min) +
                 " and " + std::to_string(ngram_max));

@@ -43,6 +43,10 @@ struct EngineConfig {
   // batch's predicted tokens per second, from the request's measured acceptance and the step cost
   // model, so it falls to 0 when speculation would lose.
   bool speculative_ngram = false;
+  // --speculative-self-layers L: self-speculation instead (the draft is the target's first L
+  // decoder layers, its final norm and LM head, greedy; LayerSkip / Draft & Verify), sharing
+  // the target's KV cache for those layers; L in [1, num_hidden_layers - 1], checked at load.
+  int32_t speculative_self_layers = 0;
   int32_t ngram_min = 1;
   int32_t ngram_max = 4;
   int32_t num_speculative_tokens = 4;  // in [1, kMaxSpeculativeTokens]

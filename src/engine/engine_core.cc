@@ -35,7 +35,14 @@ EngineCore::EngineCore(LLM& llm, const SchedulerLimits& limits)
   }
   max_total_tokens_ = lo;
   const EngineConfig& c = llm.config();
-  speculative_ = c.speculative_ngram;
+  speculative_ = c.speculative_ngram || c.speculative_self_layers > 0;
+  self_layers_ = c.speculative_self_layers;
+  const int64_t num_layers = runner_.model_config().num_hidden_layers;
+  if (self_layers_ >= num_layers) {
+    throw Error("--speculative-self-layers " + std::to_string(self_layers_) + ": the draft must be fewer than the " +
+                std::to_string(num_layers) + " layers of the model");
+  }
+  draft_cost_ratio_ = static_cast<double>(self_layers_) / static_cast<double>(num_layers);
   ngram_ = NgramParams{c.ngram_min, c.ngram_max};
   num_speculative_tokens_ = c.num_speculative_tokens;
   speculative_adaptive_ = c.speculative_adaptive;
@@ -285,6 +292,7 @@ int32_t EngineCore::draft_length(const Request& r, const State& st, const StepFe
   if (!model.ready() || !(t0 > 0)) return k_max;  // nothing measured yet: try
   const double a = (st.spec_accepted + 1) / (st.spec_accepted + st.spec_rejections + 2);
   const auto b = static_cast<double>(num_decodes);
+  const double draft_pass = draft_cost_ratio_ * t0;  // one draft pass over the decodes (self-speculation)
   double best_rate = b / t0, g = 0, a_pow = 1;
   int32_t best_k = 0;
   for (int32_t k = 1; k <= k_max; ++k) {
@@ -292,7 +300,7 @@ int32_t EngineCore::draft_length(const Request& r, const State& st, const StepFe
     g += a_pow;  // expected accepted drafts of k
     StepFeatures f = decodes;
     f += StepFeatures::chunk(r.num_computed_tokens + 1, k);
-    const double rate = (b + g) / model.predict(f);
+    const double rate = (b + g) / (model.predict(f) + k * draft_pass);
     if (rate > best_rate) {
       best_rate = rate;
       best_k = k;
@@ -320,7 +328,47 @@ void EngineCore::propose_drafts() {
     st.spec_accepted *= kSpecEvidenceDecay;
     st.spec_rejections *= kSpecEvidenceDecay;
     const int32_t k = draft_length(*r, st, decodes, num_decodes);
-    if (k > 0) r->spec_token_ids = propose_ngram(r->all_token_ids(), ngram_, k);
+    if (k <= 0) continue;
+    if (self_layers_ > 0) {
+      // Placeholders for the scheduler's grant; draft_self writes the real drafts.
+      r->spec_token_ids.assign(static_cast<size_t>(k), r->output_token_ids.back());
+    } else {
+      r->spec_token_ids = propose_ngram(r->all_token_ids(), ngram_, k);
+    }
+  }
+}
+
+void EngineCore::draft_self(const SchedulerOutput& so) {
+  if (self_layers_ == 0) return;
+  std::vector<const ScheduledRequest*> spec;
+  int64_t k_max = 0;
+  for (const ScheduledRequest& s : so.scheduled) {
+    if (s.num_spec_tokens == 0) continue;
+    spec.push_back(&s);
+    k_max = std::max(k_max, s.num_spec_tokens);
+  }
+  std::vector<int32_t> tokens(spec.size());  // one input token per sequence and pass; never resized
+  std::vector<ScheduledSeq> seqs;
+  std::vector<Request*> drafting;
+  // Pass j computes position num_computed + j of each request (j = 0: its last real token) in
+  // the first self_layers_ layers, whose K/V it writes (the verify step rewrites them), and takes
+  // the argmax as draft j.
+  for (int64_t j = 0; j < k_max; ++j) {
+    seqs.clear();
+    drafting.clear();
+    for (size_t i = 0; i < spec.size(); ++i) {
+      if (spec[i]->num_spec_tokens <= j) continue;
+      Request& r = *spec[i]->request;
+      const int64_t pos = r.num_computed_tokens + j;
+      tokens[i] = r.token_at(pos);
+      seqs.push_back(
+          ScheduledSeq{kv_manager_.block_tables(r.request_id), std::span<const int32_t>(&tokens[i], 1), pos, 1});
+      drafting.push_back(&r);
+    }
+    const ModelRunnerOutput& mo = runner_.execute(seqs, self_layers_);
+    for (size_t q = 0; q < drafting.size(); ++q) {
+      drafting[q]->spec_token_ids[static_cast<size_t>(j)] = greedy_argmax(mo.row(q));
+    }
   }
 }
 
@@ -367,6 +415,7 @@ std::vector<EngineCoreOutput> EngineCore::step() {
     if (times.first_scheduled == 0) times.first_scheduled = t_sched;
   }
   runner_.copy_blocks(so.blocks_to_copy);
+  draft_self(so);  // after the copies: the drafts write into the new blocks
   const ModelRunnerOutput& mo = runner_.execute(so, kv_manager_);
   ++counters_.num_steps;
   scheduler_.on_step_done(so);

@@ -100,6 +100,9 @@ class EngineCore {
   void propose_drafts();
   // The draft length for r this step (adaptive or fixed), given the decodes' step.
   int32_t draft_length(const Request& r, const State& st, const StepFeatures& decodes, int64_t num_decodes) const;
+  // Self-speculation, after schedule(): fills the granted drafts of every request with the
+  // greedy tokens of the first self_layers_ layers, one batched early-exit pass per position.
+  void draft_self(const SchedulerOutput& so);
   // A verify step's rows for r: accepted drafts plus one token appended, rejected K/V rolled back.
   void verify(Request& r, const ScheduledRequest& s, std::span<const float> logits, double now, EngineCoreOutput& out);
   // Forks the pending members of r's group from r (whose prompt was just computed) and samples
@@ -121,8 +124,10 @@ class EngineCore {
   std::unordered_map<std::string, Group> groups_;          // by parallel_group, until forked
   std::unordered_map<std::string, std::string> group_of_;  // request id -> group (unforked members)
   EngineCounters counters_;
-  int64_t max_total_tokens_;  // min(context length, whole KV pool in tokens)
-  bool speculative_ = false;  // a proposer is configured (EngineConfig::speculative_ngram)
+  int64_t max_total_tokens_;     // min(context length, whole KV pool in tokens)
+  bool speculative_ = false;     // a proposer is configured (n-gram or self-speculation)
+  int32_t self_layers_ = 0;      // self-speculation: the draft's decoder layers (0: n-gram lookup)
+  double draft_cost_ratio_ = 0;  // one draft pass / one target step (self: L / num_layers; n-gram: 0)
   NgramParams ngram_;
   int32_t num_speculative_tokens_ = 0;  // the engine's k bound
   bool speculative_adaptive_ = true;

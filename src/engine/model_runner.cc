@@ -80,7 +80,7 @@ const ModelRunnerOutput& ModelRunner::execute(const SchedulerOutput& so, const K
   return execute(seqs_);
 }
 
-const ModelRunnerOutput& ModelRunner::execute(std::span<const ScheduledSeq> seqs) {
+const ModelRunnerOutput& ModelRunner::execute(std::span<const ScheduledSeq> seqs, int32_t num_layers) {
   output_.vocab_size = model_->config().vocab_size;
   output_.row_offset.clear();
   output_.num_rows.clear();
@@ -90,7 +90,9 @@ const ModelRunnerOutput& ModelRunner::execute(std::span<const ScheduledSeq> seqs
     output_.num_rows.push_back(s.num_logits_rows);
     rows += s.num_logits_rows;
   }
-  model_->forward(build_forward_batch(seqs, kv_cache_.block_size()), kv_cache_, workspace_, output_.logits);
+  ForwardBatch batch = build_forward_batch(seqs, kv_cache_.block_size());
+  batch.num_layers = num_layers;
+  model_->forward(batch, kv_cache_, workspace_, output_.logits);
   return output_;
 }
 

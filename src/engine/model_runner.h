@@ -87,8 +87,10 @@ class ModelRunner {
   // Precondition: the scheduler allocated the slots (schedule()) and on_step_done was not yet
   // called. The returned reference is valid until the next execute.
   const ModelRunnerOutput& execute(const SchedulerOutput& so, const KvCacheManager& kv);
-  // The same for sequences given directly (tests; bench harnesses): rows per num_logits_rows.
-  const ModelRunnerOutput& execute(std::span<const ScheduledSeq> seqs);
+  // The same for sequences given directly (tests; bench harnesses; the self-speculative draft):
+  // rows per num_logits_rows; num_layers > 0 runs only the first num_layers decoder layers
+  // (ForwardBatch::num_layers).
+  const ModelRunnerOutput& execute(std::span<const ScheduledSeq> seqs, int32_t num_layers = 0);
 
  private:
   std::unique_ptr<ThreadPool> pool_;  // before model_: the model runs on it

@@ -33,6 +33,10 @@ struct ForwardBatch {
   std::vector<int64_t> query_start_loc;  // [num_seqs + 1] half-open token ranges per sequence
   std::vector<KvGroupBatch> kv_groups;   // [num_kv_cache_groups]
   std::vector<int64_t> logits_indices;   // [num_logits] token indices whose logits are returned
+  // Decoder layers run: 0 all; L > 0 the first L, then the final norm and the LM head (an early
+  // exit: the self-speculative draft of LayerSkip, Elhoushi et al. 2024, arXiv:2404.16710). K/V
+  // are written for those layers only.
+  int32_t num_layers = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(query_start_loc.empty() ? 0 : query_start_loc.size() - 1); }

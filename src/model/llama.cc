@@ -294,7 +294,9 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, kc::Workspace
       for (int64_t i = 0; i < c.hidden_size; ++i) xt[i] *= c.embedding_scale;
     }
   }
-  for (int32_t i = 0; i < static_cast<int32_t>(layers_.size()); ++i) {
+  const auto num_layers = static_cast<int32_t>(layers_.size());
+  PAGELLM_CHECK(b.num_layers >= 0 && b.num_layers <= num_layers, "num_layers outside [0, num_hidden_layers]");
+  for (int32_t i = 0; i < (b.num_layers > 0 ? b.num_layers : num_layers); ++i) {
     attention_block(layers_[i], i, b, kv_cache, ws);
     mlp_block(layers_[i], n, ws);
   }

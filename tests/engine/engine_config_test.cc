@@ -71,6 +71,20 @@ TEST(EngineConfig, EachCheckNamesItsFlagAndValue) {
   EXPECT_NE(validate_error(c).find("--max-step-ms"), std::string::npos);
   c.max_step_ms = std::nan("");
   EXPECT_NE(validate_error(c).find("--max-step-ms"), std::string::npos);
+  c = EngineConfig{};
+  c.num_speculative_tokens = 17;
+  EXPECT_EQ(validate_error(c), "--num-speculative-tokens must be in [1, 16], got 17");
+  c = EngineConfig{};
+  c.ngram_min = 3;
+  c.ngram_max = 2;
+  EXPECT_EQ(validate_error(c), "--ngram-min must be >= 1 and --ngram-max in [--ngram-min, 64], got 3 and 2");
+  c = EngineConfig{};
+  c.speculative_ngram = true;
+  c.speculative_self_layers = 2;
+  EXPECT_EQ(validate_error(c), "--speculative-ngram and --speculative-self-layers are two proposers: choose one");
+  c.speculative_ngram = false;
+  c.speculative_self_layers = -1;
+  EXPECT_EQ(validate_error(c), "--speculative-self-layers must be >= 1, got -1");
   EXPECT_EQ(parse_kv_dtype("f16"), GgmlType::F16);
   EXPECT_THROW(parse_kv_dtype("bf16"), Error);
 }

@@ -14,12 +14,14 @@
 namespace pagellm {
 namespace {
 
-std::unique_ptr<LLM> load(bool speculative, int64_t kv_blocks = 0, int32_t k = 4) {
+// self_layers > 0: self-speculation with that many layers instead of n-gram lookup.
+std::unique_ptr<LLM> load(bool speculative, int64_t kv_blocks = 0, int32_t k = 4, int32_t self_layers = 0) {
   EngineConfig c;
   c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
   c.num_threads = 2;
   c.block_size = 8;
-  c.speculative_ngram = speculative;
+  c.speculative_ngram = speculative && self_layers == 0;
+  c.speculative_self_layers = speculative ? self_layers : 0;
   c.speculative_adaptive = false;  // fixed k: every proposal is verified
   c.num_speculative_tokens = k;
   if (kv_blocks > 0) {
@@ -189,6 +191,27 @@ TEST(SpecDecodeEngine, PreemptionPrefixCachingAndParallelSamplingKeepTheOutput) 
   const BlockPool& pool = spec->kv_manager().pool();
   EXPECT_EQ(pool.num_free_blocks(), pool.num_blocks());
   for (int32_t b = 0; b < pool.num_blocks(); ++b) EXPECT_EQ(pool.ref_cnt(b), 0);
+}
+
+// Self-speculation (the first L of stories260K's 5 layers draft, greedy): the same outputs,
+// greedy and seeded, alone and batched, with preemption; the drafts are really verified.
+TEST(SpecDecodeEngine, SelfSpeculationKeepsEveryOutput) {
+  auto plain = load(false, 40);
+  for (const int32_t layers : {1, 3}) {
+    SCOPED_TRACE("layers " + std::to_string(layers));
+    auto spec = load(true, 40, 3, layers);
+    for (const bool sampled : {false, true}) {
+      const auto reqs = requests(sampled);
+      const auto want = run(*plain, reqs, false);
+      EngineCore* core = nullptr;
+      expect_same(run(*spec, reqs, false, &core), want);
+      expect_speculated(*core);
+      EXPECT_EQ(core->counters().spec.num_accepted_tokens_per_pos[3], 0);  // k = 3
+      expect_same(run(*spec, reqs, true, &core), run(*plain, reqs, true));
+    }
+  }
+  auto bad = load(true, 0, 4, 5);  // as many layers as the model: no draft
+  EXPECT_THROW(EngineCore{*bad}, Error);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Speculative decoding end to end: two `pagellm serve` processes on the bundled stories260K, one
-// with n-gram speculation (fixed k, so drafts are always verified) and one without, answer the
+// speculating (n-gram lookup or self-speculation; fixed k, so drafts are always verified) and
+// one without, answer the
 // same requests with the same bytes: completions and chat, greedy and seeded sampling, n > 1,
 // logprobs, streaming; the speculating one reports accepted drafts in usage and /metrics.
 #include <gtest/gtest.h>
@@ -41,8 +42,11 @@ json content_of(json j) {
   return j;
 }
 
-TEST(SpecDecodeE2E, ServersWithAndWithoutSpeculationAnswerTheSame) {
-  ServerProcess spec({"--speculative-ngram", "--no-speculative-adaptive", "--num-speculative-tokens", "4"});
+// proposer: the flags of one proposer (n-gram lookup, or self-speculation with 4 of 5 layers).
+void check_same_answers(const std::vector<std::string>& proposer) {
+  std::vector<std::string> args = proposer;
+  for (const char* a : {"--no-speculative-adaptive", "--num-speculative-tokens", "4"}) args.emplace_back(a);
+  ServerProcess spec(args);
   ServerProcess plain({});
   const std::vector<json> bodies = request_bodies();
   // All requests at once on each server, so that verify steps share batches with other decodes.
@@ -94,6 +98,12 @@ TEST(SpecDecodeE2E, ServersWithAndWithoutSpeculationAnswerTheSame) {
   EXPECT_EQ(read_metrics(plain.port())["pagellm:spec_decode_num_drafts_total"], 0);
   EXPECT_EQ(spec.stop(), 0);
   EXPECT_EQ(plain.stop(), 0);
+}
+
+TEST(SpecDecodeE2E, ServersWithAndWithoutSpeculationAnswerTheSame) { check_same_answers({"--speculative-ngram"}); }
+
+TEST(SpecDecodeE2E, ServersWithAndWithoutSelfSpeculationAnswerTheSame) {
+  check_same_answers({"--speculative-self-layers", "4"});
 }
 
 TEST(SpecDecodeE2E, PerRequestSpeculativeFieldIsValidated) {
