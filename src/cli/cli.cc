@@ -29,9 +29,10 @@ void add_speculative_options(CLI::App& app, EngineConfig& e) {
                  "lower it)")
       ->capture_default_str();
   app.add_flag(
-      "--no-speculative-adaptive", [&e](int64_t) { e.speculative_adaptive = false; },
-      "Always draft --num-speculative-tokens (default: each step's k maximises the predicted tokens per second "
-      "from the measured acceptance and step cost, 0 when speculation would lose)");
+      "--no-speculative-adaptive", [&e](int64_t n) { e.speculative_adaptive = n <= 0; },
+      "Draft --num-speculative-tokens every step, as far as the token and step-time budgets allow (default: "
+      "each step's k maximises the predicted tokens per second from the measured acceptance and step cost, 0 "
+      "when speculation would lose)");
 }
 
 std::string default_model_path() {

@@ -44,7 +44,7 @@ void EngineConfig::validate() const {
                 std::to_string(num_speculative_tokens));
   }
   if (speculative_self_layers < 0) {
-    throw Error("--speculative-self-layers must be >= 1, got " + std::to_string(speculative_self_layers));
+    throw Error("--speculative-self-layers must be >= 1 (0: off), got " + std::to_string(speculative_self_layers));
   }
   if (speculative_ngram && speculative_self_layers > 0) {
     throw Error("--speculative-ngram and --speculative-self-layers are two proposers: choose one");

@@ -77,8 +77,11 @@ void EngineCore::add_request(const EngineRequest& req) {
   r->max_tokens = static_cast<int32_t>(std::min<int64_t>(req.max_tokens, max_total_tokens_ - n_prompt));
   State st{req, std::make_unique<Sampler>(req.sampling), RequestTimes{}};
   st.times.arrival = r->arrival_time;
-  if (speculative_)
-    st.max_spec_tokens = req.num_speculative_tokens < 0 ? num_speculative_tokens_ : req.num_speculative_tokens;
+  // A request may lower the engine's k, never raise it (the metrics have one position per k).
+  if (speculative_) {
+    st.max_spec_tokens = req.num_speculative_tokens < 0 ? num_speculative_tokens_
+                                                        : std::min(req.num_speculative_tokens, num_speculative_tokens_);
+  }
   states_.emplace(req.request_id, std::move(st));
   if (!req.parallel_group.empty() && req.parallel_group_size > 1) {
     Group& g = groups_[req.parallel_group];

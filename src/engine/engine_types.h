@@ -35,8 +35,9 @@ struct EngineRequest {
   int32_t parallel_group_size = 1;
   bool need_cumulative_logprob = false;  // compute RequestOutput::cumulative_logprob (best_of)
   // Draft tokens per step for this request when the engine has a proposer
-  // (EngineConfig::speculative_ngram): -1 the engine's num_speculative_tokens, 0 off, else at
-  // most EngineConfig::kMaxSpeculativeTokens.
+  // (EngineConfig::speculative_ngram / speculative_self_layers): -1 the engine's
+  // num_speculative_tokens, 0 off, else at most EngineConfig::kMaxSpeculativeTokens (values above
+  // the engine's num_speculative_tokens are lowered to it).
   int32_t num_speculative_tokens = -1;
   double arrival_time = 0;  // seconds, steady clock (engine sets it if 0)
 };

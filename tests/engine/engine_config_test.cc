@@ -84,7 +84,7 @@ TEST(EngineConfig, EachCheckNamesItsFlagAndValue) {
   EXPECT_EQ(validate_error(c), "--speculative-ngram and --speculative-self-layers are two proposers: choose one");
   c.speculative_ngram = false;
   c.speculative_self_layers = -1;
-  EXPECT_EQ(validate_error(c), "--speculative-self-layers must be >= 1, got -1");
+  EXPECT_EQ(validate_error(c), "--speculative-self-layers must be >= 1 (0: off), got -1");
   EXPECT_EQ(parse_kv_dtype("f16"), GgmlType::F16);
   EXPECT_THROW(parse_kv_dtype("bf16"), Error);
 }

@@ -155,6 +155,13 @@ TEST(SpecDecodeEngine, PerRequestOffAndKBoundsAreHonoured) {
   expect_same(run(*spec, reqs, false, &core), off);
   expect_speculated(*core);
   EXPECT_EQ(core->counters().spec.num_accepted_tokens_per_pos[2], 0);  // k <= 2
+  // A request may lower the engine's k, never raise it.
+  auto spec2 = load(true, 0, 2);
+  for (EngineRequest& r : reqs) r.num_speculative_tokens = 6;
+  expect_same(run(*spec2, reqs, false, &core), off);
+  expect_speculated(*core);
+  EXPECT_LE(core->counters().spec.num_draft_tokens, 2 * core->counters().spec.num_drafts);
+  EXPECT_EQ(core->counters().spec.num_accepted_tokens_per_pos[2], 0);
   reqs[0].num_speculative_tokens = 17;
   EngineCore bad(*spec);
   EXPECT_THROW(bad.add_request(reqs[0]), Error);
