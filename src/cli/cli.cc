@@ -21,6 +21,10 @@ void add_speculative_options(CLI::App& app, EngineConfig& e) {
   app.add_option("--speculative-self-layers", e.speculative_self_layers,
                  "Self-speculative decoding: the draft is the model's first L layers with its final norm and LM "
                  "head (greedy), sharing its KV cache; L < the model's layers (instead of --speculative-ngram)");
+  app.add_option("--speculative-model", e.speculative_model,
+                 "Speculative decoding with a draft model: a GGUF file or Hugging Face directory with the same "
+                 "vocabulary (a smaller model, or this one in a cheaper quantization) whose greedy tokens are "
+                 "verified in one forward pass; its KV cache uses the same blocks (instead of the other proposers)");
   app.add_option("--ngram-min", e.ngram_min, "Shortest n-gram looked up")->capture_default_str();
   app.add_option("--ngram-max", e.ngram_max, "Longest n-gram looked up (the longest match wins)")
       ->capture_default_str();

@@ -35,6 +35,7 @@ int run_generate(const GenerateArgs& a) {
   cfg.kv_dtype = parse_kv_dtype(a.kv_dtype);
   cfg.speculative_ngram = a.speculative.speculative_ngram;
   cfg.speculative_self_layers = a.speculative.speculative_self_layers;
+  cfg.speculative_model = a.speculative.speculative_model;
   cfg.ngram_min = a.speculative.ngram_min;
   cfg.ngram_max = a.speculative.ngram_max;
   cfg.num_speculative_tokens = a.speculative.num_speculative_tokens;

@@ -46,8 +46,11 @@ void EngineConfig::validate() const {
   if (speculative_self_layers < 0) {
     throw Error("--speculative-self-layers must be >= 1 (0: off), got " + std::to_string(speculative_self_layers));
   }
-  if (speculative_ngram && speculative_self_layers > 0) {
-    throw Error("--speculative-ngram and --speculative-self-layers are two proposers: choose one");
+  if (static_cast<int>(speculative_ngram) + static_cast<int>(speculative_self_layers > 0) +
+          static_cast<int>(!speculative_model.empty()) >
+      1) {
+    throw Error(
+        "--speculative-ngram, --speculative-self-layers and --speculative-model are three proposers: choose one");
   }
   if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 64) {
     throw Error("--ngram-min must be >= 1 and --ngram-max in [--ngram-min, 64], got " + std::to_string(ngram_min) +
@@ -65,9 +68,11 @@ int64_t kv_bytes_per_token(const LlamaConfig& model, GgmlType dtype) {
   return kv_cache_shape(model, dtype).bytes_per_token();
 }
 
-int32_t plan_kv_cache(const EngineConfig& c, const LlamaConfig& model) {
+int32_t plan_kv_cache(const EngineConfig& c, const LlamaConfig& model, const LlamaConfig* draft) {
   c.validate();
-  const int64_t block_bytes = kv_bytes_per_token(model, c.kv_dtype) * c.block_size;
+  const int64_t block_bytes =
+      (kv_bytes_per_token(model, c.kv_dtype) + (draft != nullptr ? kv_bytes_per_token(*draft, c.kv_dtype) : 0)) *
+      c.block_size;
   // Blocks one full-length request holds (more than its tokens / block_size when KV cache groups
   // split the layers; fewer per token once sliding-window groups release blocks).
   const KvCacheLayout layout = kv_cache_shape(model, c.kv_dtype).layout();
@@ -77,7 +82,7 @@ int32_t plan_kv_cache(const EngineConfig& c, const LlamaConfig& model) {
   if (c.kv_cache_blocks > 0) {
     blocks = c.kv_cache_blocks;
   } else if (c.kv_cache_bytes > 0) {
-    blocks = KvCache::blocks_for_bytes(kv_cache_shape(model, c.kv_dtype), c.block_size, c.kv_cache_bytes);
+    blocks = c.kv_cache_bytes / block_bytes;
     if (blocks == 0) {
       throw Error("--kv-cache-memory " + std::to_string(c.kv_cache_bytes) + " bytes holds no block of " +
                   std::to_string(block_bytes) + " bytes");

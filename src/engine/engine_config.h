@@ -47,11 +47,18 @@ struct EngineConfig {
   // decoder layers, its final norm and LM head, greedy; LayerSkip / Draft & Verify), sharing
   // the target's KV cache for those layers; L in [1, num_hidden_layers - 1], checked at load.
   int32_t speculative_self_layers = 0;
+  // --speculative-model DRAFT: a draft model (a GGUF file or Hugging Face directory with the same
+  // vocabulary, e.g. the target in a cheaper quantization) proposes greedy drafts from its own
+  // paged KV storage, indexed by the target's block tables (same blocks, same slots; LLM owns it).
+  std::string speculative_model;
   int32_t ngram_min = 1;
   int32_t ngram_max = 4;
   int32_t num_speculative_tokens = 4;  // in [1, kMaxSpeculativeTokens]
   bool speculative_adaptive = true;
   static constexpr int32_t kMaxSpeculativeTokens = 16;
+
+  // A proposer is configured (n-gram, self-speculation or a draft model).
+  bool speculative() const { return speculative_ngram || speculative_self_layers > 0 || !speculative_model.empty(); }
 
   // Throws pagellm::Error naming the flag and the value of the first setting out of range.
   void validate() const;
@@ -73,7 +80,9 @@ constexpr int64_t kMaxDefaultKvCacheBytes = int64_t{1} << 30;
 //   else: kv_cache_default_contexts full contexts (ceil(context / block_size) blocks each), and
 //   when that is more than one context, at most kMaxDefaultKvCacheBytes of blocks.
 // Throws pagellm::Error when the budget holds no block or more than INT32_MAX blocks.
-int32_t plan_kv_cache(const EngineConfig& config, const LlamaConfig& model);
+// With a draft model (--speculative-model), every block also holds the draft's K/V: a byte budget
+// buys blocks of both models' bytes, `draft` adding its kv_bytes_per_token.
+int32_t plan_kv_cache(const EngineConfig& config, const LlamaConfig& model, const LlamaConfig* draft = nullptr);
 
 // Bytes of one slot of a KV block (one token's K and V in each storage lane: every layer, or a
 // group's worth of layers when KV cache groups split them, kv/kv_cache_layout.h), with `dtype`

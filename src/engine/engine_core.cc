@@ -35,14 +35,21 @@ EngineCore::EngineCore(LLM& llm, const SchedulerLimits& limits)
   }
   max_total_tokens_ = lo;
   const EngineConfig& c = llm.config();
-  speculative_ = c.speculative_ngram || c.speculative_self_layers > 0;
+  speculative_ = c.speculative();
   self_layers_ = c.speculative_self_layers;
+  draft_runner_ = llm.draft_runner();
   const int64_t num_layers = runner_.model_config().num_hidden_layers;
   if (self_layers_ >= num_layers) {
     throw Error("--speculative-self-layers " + std::to_string(self_layers_) + ": the draft must be fewer than the " +
                 std::to_string(num_layers) + " layers of the model");
   }
   draft_cost_ratio_ = static_cast<double>(self_layers_) / static_cast<double>(num_layers);
+  if (draft_runner_ != nullptr) {
+    // Decode is bandwidth-bound: a draft pass costs about the weight bytes it reads.
+    draft_cost_ratio_ = static_cast<double>(draft_runner_->model().decode_bytes_per_token()) /
+                        static_cast<double>(runner_.model().decode_bytes_per_token());
+    draft_max_positions_ = draft_runner_->model_config().max_position_embeddings;
+  }
   ngram_ = NgramParams{c.ngram_min, c.ngram_max};
   num_speculative_tokens_ = c.num_speculative_tokens;
   speculative_adaptive_ = c.speculative_adaptive;
@@ -160,7 +167,8 @@ void EngineCore::fork_group(Request& leader, const float* logits, double now, st
   for (auto& m : members) {
     Request& r = *m;
     r.num_computed_tokens = leader.num_computed_tokens;
-    r.num_cached_tokens = leader.num_computed_tokens;  // served from the shared blocks
+    r.num_draft_computed_tokens = leader.num_draft_computed_tokens;  // the draft's K/V in the shared blocks
+    r.num_cached_tokens = leader.num_computed_tokens;                // served from the shared blocks
     kv_manager_.fork(leader.request_id, r.request_id);
     states_.at(r.request_id).times.first_scheduled = states_.at(leader.request_id).times.first_scheduled;
     scheduler_.add_running(std::move(m));
@@ -288,14 +296,17 @@ int32_t EngineCore::draft_length(const Request& r, const State& st, const StepFe
                                  int64_t num_decodes) const {
   // Drafts past max_tokens are wasted: the bonus token may be the last one allowed.
   const int64_t left = r.max_tokens - static_cast<int64_t>(r.output_token_ids.size()) - 1;
-  const auto k_max = static_cast<int32_t>(std::max<int64_t>(0, std::min<int64_t>(st.max_spec_tokens, left)));
+  int64_t k_bound = std::min<int64_t>(st.max_spec_tokens, left);
+  // A draft model writes positions num_computed .. num_computed + k - 1, inside its own context.
+  if (draft_max_positions_ > 0) k_bound = std::min(k_bound, draft_max_positions_ - r.num_computed_tokens);
+  const auto k_max = static_cast<int32_t>(std::max<int64_t>(0, k_bound));
   if (k_max == 0 || !speculative_adaptive_) return k_max;
   const StepCostModel& model = scheduler_.cost_model();
   const double t0 = model.predict(decodes);
   if (!model.ready() || !(t0 > 0)) return k_max;  // nothing measured yet: try
   const double a = (st.spec_accepted + 1) / (st.spec_accepted + st.spec_rejections + 2);
   const auto b = static_cast<double>(num_decodes);
-  const double draft_pass = draft_cost_ratio_ * t0;  // one draft pass over the decodes (self-speculation)
+  const double draft_pass = draft_cost_ratio_ * t0;  // one draft pass over the decodes (self or draft model)
   double best_rate = b / t0, g = 0, a_pow = 1;
   int32_t best_k = 0;
   for (int32_t k = 1; k <= k_max; ++k) {
@@ -332,8 +343,8 @@ void EngineCore::propose_drafts() {
     st.spec_rejections *= kSpecEvidenceDecay;
     const int32_t k = draft_length(*r, st, decodes, num_decodes);
     if (k <= 0) continue;
-    if (self_layers_ > 0) {
-      // Placeholders for the scheduler's grant; draft_self writes the real drafts.
+    if (self_layers_ > 0 || draft_runner_ != nullptr) {
+      // Placeholders for the scheduler's grant; draft_self / draft_with_model write the drafts.
       r->spec_token_ids.assign(static_cast<size_t>(k), r->output_token_ids.back());
     } else {
       r->spec_token_ids = propose_ngram(r->all_token_ids(), ngram_, k);
@@ -372,6 +383,66 @@ void EngineCore::draft_self(const SchedulerOutput& so) {
     for (size_t q = 0; q < drafting.size(); ++q) {
       drafting[q]->spec_token_ids[static_cast<size_t>(j)] = greedy_argmax(mo.row(q));
     }
+  }
+}
+
+void EngineCore::draft_with_model(const SchedulerOutput& so) {
+  if (draft_runner_ == nullptr) return;
+  // The draft runs only in steps that verify drafts; in between it lags, and pass 0 catches up.
+  if (std::none_of(so.scheduled.begin(), so.scheduled.end(),
+                   [](const ScheduledRequest& s) { return s.num_spec_tokens > 0; })) {
+    return;
+  }
+  const int64_t cap = scheduler_.limits().max_num_batched_tokens;
+  std::vector<std::vector<int32_t>> chunks(so.scheduled.size());  // never resized: the seqs point in
+  std::vector<ScheduledSeq> seqs;
+  std::vector<std::pair<const ScheduledRequest*, size_t>> drafting;  // (request, its row in the pass)
+  // Pass 0: every request that may speculate gets the draft's K/V of its tokens up to this step's
+  // last non-draft one (a prefill chunk, a decode token, and what the draft missed while it lagged:
+  // at most `cap` tokens a step); one that speculates and caught up takes the argmax of its last
+  // token's row as draft 0. Placeholders of one still catching up stay as its drafts (verified
+  // like any draft, and most likely rejected).
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& s = so.scheduled[i];
+    Request& r = *s.request;
+    if (states_.at(r.request_id).max_spec_tokens == 0) continue;
+    const int64_t end = r.num_computed_tokens + s.num_scheduled_tokens - s.num_spec_tokens;
+    const int64_t begin = r.num_draft_computed_tokens;
+    const int64_t stop = std::min(end, begin + cap);
+    if (stop <= begin) continue;
+    for (int64_t p = begin; p < stop; ++p) chunks[i].push_back(r.token_at(p));
+    const bool proposes = s.num_spec_tokens > 0 && stop == end;
+    if (proposes) drafting.emplace_back(&s, seqs.size());
+    seqs.push_back(ScheduledSeq{kv_manager_.block_tables(r.request_id), chunks[i], begin, proposes ? 1 : 0});
+    r.num_draft_computed_tokens = stop;
+  }
+  if (seqs.empty()) return;
+  const ModelRunnerOutput& first = draft_runner_->execute(seqs);
+  int64_t k_max = 0;
+  for (const auto& [s, row] : drafting) {
+    s->request->spec_token_ids[0] = greedy_argmax(first.row(row));
+    k_max = std::max(k_max, s->num_spec_tokens);
+  }
+  // Pass j >= 1 computes draft j - 1 at position num_computed + j and takes draft j.
+  std::vector<int32_t> tokens(drafting.size());  // one input token per sequence and pass; never resized
+  std::vector<Request*> order;
+  for (int64_t j = 1; j < k_max; ++j) {
+    seqs.clear();
+    order.clear();
+    for (size_t q = 0; q < drafting.size(); ++q) {
+      const ScheduledRequest& s = *drafting[q].first;
+      if (s.num_spec_tokens <= j) continue;
+      Request& r = *s.request;
+      const int64_t pos = r.num_computed_tokens + j;
+      tokens[q] = r.token_at(pos);
+      seqs.push_back(
+          ScheduledSeq{kv_manager_.block_tables(r.request_id), std::span<const int32_t>(&tokens[q], 1), pos, 1});
+      order.push_back(&r);
+      r.num_draft_computed_tokens = pos + 1;
+    }
+    const ModelRunnerOutput& mo = draft_runner_->execute(seqs);
+    for (size_t q = 0; q < order.size(); ++q)
+      order[q]->spec_token_ids[static_cast<size_t>(j)] = greedy_argmax(mo.row(q));
   }
 }
 
@@ -418,7 +489,9 @@ std::vector<EngineCoreOutput> EngineCore::step() {
     if (times.first_scheduled == 0) times.first_scheduled = t_sched;
   }
   runner_.copy_blocks(so.blocks_to_copy);
+  if (draft_runner_ != nullptr) draft_runner_->copy_blocks(so.blocks_to_copy);
   draft_self(so);  // after the copies: the drafts write into the new blocks
+  draft_with_model(so);
   const ModelRunnerOutput& mo = runner_.execute(so, kv_manager_);
   ++counters_.num_steps;
   scheduler_.on_step_done(so);

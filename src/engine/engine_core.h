@@ -5,9 +5,12 @@
 // the same step).
 //
 // Speculative decoding (Leviathan et al. 2023, arXiv:2211.17192; Chen et al. 2023,
-// arXiv:2302.01318) with the n-gram proposer (spec/ngram_proposer.h): before schedule(), each
-// running decode of a request that speculates gets up to k draft tokens
-// (Request::spec_token_ids); the scheduler grants them with its decode token, the forward
+// arXiv:2302.01318) with one proposer: n-gram lookup (spec/ngram_proposer.h), self-speculation
+// (the target's first L layers) or a draft model (LLM::draft_runner: its own KV storage under
+// the target's block tables, Request::num_draft_computed_tokens of it valid). Before
+// schedule(), each running decode of a request that speculates gets up to k draft tokens
+// (Request::spec_token_ids; placeholders that draft_self / draft_with_model fill after
+// schedule()); the scheduler grants them with its decode token, the forward
 // computes their K/V and 1 + k logits rows, Sampler::sample_rows with the draft accepts the
 // longest prefix the target itself samples plus one token of its own, and
 // Scheduler::roll_back drops the rejected positions' K/V. Every emitted token is the one
@@ -103,6 +106,11 @@ class EngineCore {
   // Self-speculation, after schedule(): fills the granted drafts of every request with the
   // greedy tokens of the first self_layers_ layers, one batched early-exit pass per position.
   void draft_self(const SchedulerOutput& so);
+  // Draft model (--speculative-model), after schedule() and the block copies: in a step that
+  // verifies drafts, catches every request that may speculate up to its tokens of this step in
+  // the draft's KV storage (Request::num_draft_computed_tokens), then fills the granted drafts
+  // with the draft's greedy tokens, one batched pass per position.
+  void draft_with_model(const SchedulerOutput& so);
   // A verify step's rows for r: accepted drafts plus one token appended, rejected K/V rolled back.
   void verify(Request& r, const ScheduledRequest& s, std::span<const float> logits, double now, EngineCoreOutput& out);
   // Forks the pending members of r's group from r (whose prompt was just computed) and samples
@@ -124,10 +132,14 @@ class EngineCore {
   std::unordered_map<std::string, Group> groups_;          // by parallel_group, until forked
   std::unordered_map<std::string, std::string> group_of_;  // request id -> group (unforked members)
   EngineCounters counters_;
-  int64_t max_total_tokens_;     // min(context length, whole KV pool in tokens)
-  bool speculative_ = false;     // a proposer is configured (n-gram or self-speculation)
-  int32_t self_layers_ = 0;      // self-speculation: the draft's decoder layers (0: n-gram lookup)
-  double draft_cost_ratio_ = 0;  // one draft pass / one target step (self: L / num_layers; n-gram: 0)
+  int64_t max_total_tokens_;             // min(context length, whole KV pool in tokens)
+  bool speculative_ = false;             // a proposer is configured (n-gram or self-speculation)
+  int32_t self_layers_ = 0;              // self-speculation: the draft's decoder layers (0: none)
+  ModelRunner* draft_runner_ = nullptr;  // --speculative-model's runner (LLM owns it), or nullptr
+  int64_t draft_max_positions_ = 0;      // the draft model's context (0: no draft model)
+  // One draft pass / one target step: self L / num_layers; a draft model its decode weight bytes
+  // / the target's; n-gram 0.
+  double draft_cost_ratio_ = 0;
   NgramParams ngram_;
   int32_t num_speculative_tokens_ = 0;  // the engine's k bound
   bool speculative_adaptive_ = true;

@@ -16,7 +16,7 @@ InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm) : engine_
   facts_.vocab_size = m.tokenizer().vocab_size();
   facts_.max_model_len = engine_.max_model_len();
   facts_.chat_template = m.file().get_string_opt("tokenizer.chat_template").value_or("");
-  facts_.speculative = m.config().speculative_ngram || m.config().speculative_self_layers > 0;
+  facts_.speculative = m.config().speculative();
   try {
     facts_.default_sampling = generation_defaults(m.file());
   } catch (const Error& e) {

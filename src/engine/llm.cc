@@ -16,7 +16,42 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+bool all_full_attention(const LlamaModel& m) {
+  const std::vector<int64_t>& w = m.kv_shape(GgmlType::F32).sliding_window;
+  return std::all_of(w.begin(), w.end(), [](int64_t x) { return x == 0; });
+}
+
 }  // namespace
+
+void LLM::load_draft(const LlamaModel& target, ThreadPool* pool) {
+  const std::string& path = config_.speculative_model;
+  draft_file_ = open_model_file(path);
+  draft_model_ = std::make_unique<LlamaModel>(*draft_file_, pool);
+  std::unique_ptr<Tokenizer> draft_tokenizer;
+  try {
+    draft_tokenizer = Tokenizer::from_gguf(*draft_file_);
+  } catch (const Error& e) {
+    throw Error("--speculative-model '" + path + "': " + e.what());
+  }
+  // Drafts are token ids: both models must give every id the same text.
+  const int32_t vocab = tokenizer_->vocab_size();
+  bool same = draft_tokenizer->vocab_size() == vocab && draft_model_->config().vocab_size == vocab;
+  for (int32_t id = 0; same && id < vocab; ++id) {
+    same = draft_tokenizer->token_to_piece(id) == tokenizer_->token_to_piece(id);
+  }
+  if (!same) {
+    throw Error("--speculative-model '" + path + "': its vocabulary differs from the model's (" +
+                std::to_string(draft_tokenizer->vocab_size()) + " vs " + std::to_string(vocab) +
+                " tokens, or different token texts); a draft must share the tokenizer");
+  }
+  // The draft's K/V share the target's block tables: one KV cache group, never released by a
+  // sliding window, in both models.
+  if (!all_full_attention(target) || !all_full_attention(*draft_model_)) {
+    throw Error(
+        "--speculative-model: a draft model needs a target and a draft whose layers all use full attention "
+        "(sliding-window layers, e.g. Gemma 3, are not supported with a draft model)");
+  }
+}
 
 LLM::LLM(const EngineConfig& config) : config_(config) {
   config_.validate();
@@ -33,9 +68,11 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
     throw Error("model '" + config_.model_path + "': tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
                 " tokens but token_embd has " + std::to_string(model->config().vocab_size) + " rows");
   }
-  const int32_t num_blocks = plan_kv_cache(config_, model->config());
-  runner_ = std::make_unique<ModelRunner>(std::move(pool), std::move(model),
-                                          KvCacheGeometry{num_blocks, config_.block_size, config_.kv_dtype});
+  if (!config_.speculative_model.empty()) load_draft(*model, pool.get());
+  const int32_t num_blocks = plan_kv_cache(config_, model->config(), draft_model_ ? &draft_model_->config() : nullptr);
+  const KvCacheGeometry geometry{num_blocks, config_.block_size, config_.kv_dtype};
+  if (draft_model_) draft_runner_ = std::make_unique<ModelRunner>(*draft_model_, geometry);
+  runner_ = std::make_unique<ModelRunner>(std::move(pool), std::move(model), geometry);
   kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size, config_.enable_prefix_caching,
                                                  runner_->kv_cache().layout().group_sliding_window);
 }

@@ -52,8 +52,9 @@ struct GenerateResult {
 
 class LLM {
  public:
-  // Validates `config`, loads the model and sizes the KV pool (plan_kv_cache). Throws
-  // pagellm::Error for a bad file or configuration.
+  // Validates `config`, loads the model (and the draft model of --speculative-model, which must
+  // have the same vocabulary and only full-attention layers, as must the target) and sizes the
+  // KV pool (plan_kv_cache). Throws pagellm::Error for a bad file or configuration.
   explicit LLM(const EngineConfig& config);
 
   const EngineConfig& config() const { return config_; }
@@ -62,6 +63,9 @@ class LLM {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const KvCache& kv_cache() const { return runner_->kv_cache(); }
   ModelRunner& runner() { return *runner_; }
+  // The draft model's runner (--speculative-model; nullptr without one): the draft's weights and
+  // its KV storage of the same num_blocks and block_size, indexed by the target's block tables.
+  ModelRunner* draft_runner() { return draft_runner_.get(); }
   KvCacheManager& kv_manager() { return *kv_manager_; }
   ThreadPool& pool() { return *runner_->pool(); }
 
@@ -72,11 +76,18 @@ class LLM {
                           const std::function<void(std::string_view)>& on_text = nullptr);
 
  private:
+  // Opens config_.speculative_model on `pool` and checks it against the target (vocabulary,
+  // attention layout); throws pagellm::Error naming the flag.
+  void load_draft(const LlamaModel& target, ThreadPool* pool);
+
   EngineConfig config_;
   std::unique_ptr<GgufFile> file_;  // before runner_: the weights are read from its mapping
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_manager_;
+  std::unique_ptr<GgufFile> draft_file_;  // --speculative-model, before the model built on it
+  std::unique_ptr<LlamaModel> draft_model_;
+  std::unique_ptr<ModelRunner> draft_runner_;  // borrows draft_model_ and runner_'s pool
 };
 
 }  // namespace pagellm

@@ -31,7 +31,11 @@ struct Request {
   std::vector<int32_t> prompt_token_ids;
   std::vector<int32_t> output_token_ids;
   int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
-  int32_t max_tokens = 0;           // new tokens allowed (already capped to the context)
+  // A draft model's num_computed_tokens (speculative decoding, --speculative-model): positions
+  // [0, n) of the request's blocks hold the draft's K/V for its final tokens. It lags behind
+  // num_computed_tokens while the draft does not run; roll_back and preemption lower it with them.
+  int64_t num_draft_computed_tokens = 0;
+  int32_t max_tokens = 0;  // new tokens allowed (already capped to the context)
   RequestStatus status = RequestStatus::kWaiting;
   int32_t num_preemptions = 0;
   uint64_t prefix_root_hash = 0;  // KvCacheManager::root_hash(cache_salt)

@@ -83,6 +83,7 @@ Request* Scheduler::find(const std::string& request_id) {
 void Scheduler::preempt(Request* r) {
   kv_.free(r->request_id);
   r->num_computed_tokens = 0;
+  r->num_draft_computed_tokens = 0;
   r->spec_token_ids.clear();
   r->status = RequestStatus::kWaiting;
   ++r->num_preemptions;
@@ -248,6 +249,7 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
 void Scheduler::roll_back(Request& r, int64_t num_rejected) {
   PAGELLM_CHECK(num_rejected >= 0 && num_rejected <= r.num_computed_tokens, "rolling back more than was computed");
   r.num_computed_tokens -= num_rejected;
+  r.num_draft_computed_tokens = std::min(r.num_draft_computed_tokens, r.num_computed_tokens);
   kv_.truncate(r.request_id, r.num_computed_tokens);
 }
 

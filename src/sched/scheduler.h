@@ -107,7 +107,7 @@ class Scheduler {
 
   Request* find(const std::string& request_id);
   // The running requests, best first (EngineCore sets their spec_token_ids before schedule()).
-  const std::vector<Request*>& running_requests() { return running_; }
+  const std::vector<Request*>& running_requests() const { return running_; }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   // Running requests plus the fork seats their unforked n > 1 leaders hold.
   int64_t num_seats_taken() const;

@@ -123,11 +123,13 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
   log(line);
   log(o.engine.enable_prefix_caching ? "prefix caching: on" : "prefix caching: off");
   const EngineConfig& e = o.engine;
-  if (e.speculative_ngram || e.speculative_self_layers > 0) {
-    const std::string proposer =
-        e.speculative_ngram
-            ? "n-gram lookup, n in [" + std::to_string(e.ngram_min) + ", " + std::to_string(e.ngram_max) + "]"
-            : "self-speculation, the first " + std::to_string(e.speculative_self_layers) + " layers";
+  if (e.speculative()) {
+    std::string proposer = "draft model " + e.speculative_model;
+    if (e.speculative_ngram) {
+      proposer = "n-gram lookup, n in [" + std::to_string(e.ngram_min) + ", " + std::to_string(e.ngram_max) + "]";
+    } else if (e.speculative_self_layers > 0) {
+      proposer = "self-speculation, the first " + std::to_string(e.speculative_self_layers) + " layers";
+    }
     log("speculative decoding: " + proposer + ", up to " + std::to_string(e.num_speculative_tokens) +
         " draft tokens, " + (e.speculative_adaptive ? "adaptive k" : "fixed k"));
   } else {

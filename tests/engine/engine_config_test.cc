@@ -81,8 +81,13 @@ TEST(EngineConfig, EachCheckNamesItsFlagAndValue) {
   c = EngineConfig{};
   c.speculative_ngram = true;
   c.speculative_self_layers = 2;
-  EXPECT_EQ(validate_error(c), "--speculative-ngram and --speculative-self-layers are two proposers: choose one");
+  const std::string three =
+      "--speculative-ngram, --speculative-self-layers and --speculative-model are three proposers: choose one";
+  EXPECT_EQ(validate_error(c), three);
   c.speculative_ngram = false;
+  c.speculative_model = "draft.gguf";
+  EXPECT_EQ(validate_error(c), three);
+  c.speculative_model.clear();
   c.speculative_self_layers = -1;
   EXPECT_EQ(validate_error(c), "--speculative-self-layers must be >= 1 (0: off), got -1");
   EXPECT_EQ(parse_kv_dtype("f16"), GgmlType::F16);

@@ -1,4 +1,4 @@
-// Speculative decoding in the engine (n-gram proposer): every output is the one without
+// Speculative decoding in the engine (n-gram, self-speculation, draft model): every output is the one without
 // speculation, alone and in batches, greedy and seeded sampling (tokens and logprobs bit for
 // bit), with prefix caching, preemption and n > 1; and drafts are really proposed, accepted and
 // rejected along the way (the counters say so).
@@ -31,6 +31,19 @@ std::unique_ptr<LLM> load(bool speculative, int64_t kv_blocks = 0, int32_t k = 4
   return std::make_unique<LLM>(c);
 }
 
+// A draft model (--speculative-model) for stories260K, fixed k.
+std::unique_ptr<LLM> load_with_draft(const std::string& draft, int64_t kv_blocks = 0, int32_t k = 4) {
+  EngineConfig c;
+  c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
+  c.speculative_model = draft;
+  c.num_threads = 2;
+  c.block_size = 8;
+  c.speculative_adaptive = false;
+  c.num_speculative_tokens = k;
+  c.kv_cache_blocks = kv_blocks;
+  return std::make_unique<LLM>(c);
+}
+
 struct Result {
   std::vector<int32_t> ids;
   std::vector<float> logprobs;
@@ -49,6 +62,10 @@ std::map<std::string, Result> run_all(EngineCore& core) {
         r.finish_reason = o.finish_reason;
         r.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
       }
+    }
+    // Between steps a draft model's K/V never run ahead of the target's (rollbacks lower both).
+    for (const Request* r : core.scheduler().running_requests()) {
+      EXPECT_LE(r->num_draft_computed_tokens, r->num_computed_tokens) << r->request_id;
     }
   }
   return res;
@@ -219,6 +236,99 @@ TEST(SpecDecodeEngine, SelfSpeculationKeepsEveryOutput) {
   }
   auto bad = load(true, 0, 4, 5);  // as many layers as the model: no draft
   EXPECT_THROW(EngineCore{*bad}, Error);
+}
+
+// The preemption / prefix-caching / n = 2 mix of the test above, with its block pool.
+std::vector<EngineRequest> mixed_requests() {
+  auto reqs = requests(true);
+  for (size_t i = 1; i < reqs.size(); i += 2) {
+    reqs[i].prompt_token_ids = reqs[i - 1].prompt_token_ids;
+    reqs[i].max_tokens = reqs[i - 1].max_tokens;
+    reqs[i].parallel_group = reqs[i - 1].parallel_group = "g" + std::to_string(i - 1);
+    reqs[i].parallel_group_size = reqs[i - 1].parallel_group_size = 2;
+  }
+  for (size_t i = 2; i < reqs.size(); ++i) {  // a shared 9-token prefix with request 0
+    std::vector<int32_t> p(reqs[0].prompt_token_ids.begin(),
+                           reqs[0].prompt_token_ids.begin() + std::min<size_t>(9, reqs[0].prompt_token_ids.size()));
+    p.insert(p.end(), reqs[i].prompt_token_ids.begin() + 1, reqs[i].prompt_token_ids.end());
+    reqs[i].prompt_token_ids = p;
+  }
+  return reqs;
+}
+
+void expect_idle_pool(LLM& llm) {
+  const BlockPool& pool = llm.kv_manager().pool();
+  EXPECT_EQ(pool.num_free_blocks(), pool.num_blocks());
+  for (int32_t b = 0; b < pool.num_blocks(); ++b) EXPECT_EQ(pool.ref_cnt(b), 0);
+}
+
+// The draft is stories260K itself: with greedy requests every draft must be accepted, which
+// holds only if the draft's K/V (its own storage under the target's block tables) are right at
+// every position, after catch-ups, rollbacks, preemptions, prefix hits and forks.
+TEST(SpecDecodeEngine, DraftModelThatIsTheTargetHasEveryDraftAccepted) {
+  auto plain = load(false, 40);
+  auto spec = load_with_draft(test::source_dir() + "/models/stories260K-f32.gguf", 40, 3);
+  auto reqs = mixed_requests();
+  for (EngineRequest& r : reqs) {
+    r.sampling = SamplingParams{};
+    r.sampling.temperature = 0;
+  }
+  EngineCore* core = nullptr;
+  expect_same(run(*spec, reqs, false, &core), run(*plain, reqs, false));
+  const SpecDecodeCounters& c = core->counters().spec;
+  EXPECT_GT(c.num_drafts, 20);
+  EXPECT_EQ(c.num_accepted_tokens, c.num_draft_tokens);
+  EXPECT_GT(core->scheduler().num_preemptions(), 0);
+  EXPECT_GT(core->scheduler().prefix_cache_hits(), 0);
+  expect_idle_pool(*spec);
+}
+
+// The draft is stories260K in Q4_0 (the "same model, cheaper quantization" setup): greedy and
+// seeded outputs are unchanged, alone and batched, with preemption, prefix hits and n = 2.
+TEST(SpecDecodeEngine, QuantizedDraftModelKeepsEveryOutput) {
+  auto plain = load(false, 40);
+  auto spec = load_with_draft(test::testdata("stories260K/stories260K-q4_0.gguf"), 40);
+  ASSERT_NE(spec->draft_runner(), nullptr);
+  EXPECT_EQ(spec->draft_runner()->num_blocks(), spec->runner().num_blocks());
+  for (const bool sampled : {false, true}) {
+    SCOPED_TRACE(sampled ? "sampled" : "greedy");
+    const auto reqs = requests(sampled);
+    EngineCore* core = nullptr;
+    expect_same(run(*spec, reqs, false, &core), run(*plain, reqs, false));
+    expect_speculated(*core);
+    expect_same(run(*spec, reqs, true, &core), run(*plain, reqs, true));
+  }
+  const auto reqs = mixed_requests();
+  EngineCore* core = nullptr;
+  expect_same(run(*spec, reqs, false, &core), run(*plain, reqs, false));
+  expect_speculated(*core);
+  EXPECT_GT(core->scheduler().num_preemptions(), 0);
+  expect_idle_pool(*spec);
+}
+
+TEST(SpecDecodeEngine, DraftModelIsCheckedAtLoad) {
+  // A different vocabulary (TinyStories-656K has 2048 tokens).
+  EXPECT_THROW(load_with_draft(test::testdata("tinystories-656k/TinyStories-656K-f32.gguf")), Error);
+  EXPECT_THROW(load_with_draft("/nonexistent/draft.gguf"), Error);
+  // Sliding-window layers (Gemma 3) cannot share the target's block tables.
+  EngineConfig g;
+  g.model_path = test::testdata("archs/gemma3-s14-f32.gguf");
+  g.speculative_model = g.model_path;
+  EXPECT_THROW(LLM{g}, Error);
+  EngineConfig both;
+  both.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
+  both.speculative_model = both.model_path;
+  both.speculative_ngram = true;
+  EXPECT_THROW(both.validate(), Error);
+  // The pool's bytes buy blocks of both models' K/V.
+  EngineConfig one = both;
+  one.speculative_ngram = false;
+  one.speculative_model.clear();
+  one.kv_cache_bytes = 1 << 20;
+  EngineConfig two = one;
+  two.speculative_model = two.model_path;
+  LLM a(one), b(two);
+  EXPECT_EQ(b.runner().num_blocks(), a.runner().num_blocks() / 2);
 }
 
 }  // namespace

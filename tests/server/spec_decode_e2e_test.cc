@@ -1,5 +1,5 @@
 // Speculative decoding end to end: two `pagellm serve` processes on the bundled stories260K, one
-// speculating (n-gram lookup or self-speculation; fixed k, so drafts are always verified) and
+// speculating (n-gram lookup, self-speculation or a Q4_0 draft model; fixed k, so drafts are always verified) and
 // one without, answer the
 // same requests with the same bytes: completions and chat, greedy and seeded sampling, n > 1,
 // logprobs, streaming; the speculating one reports accepted drafts in usage and /metrics.
@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "server_process.h"
+#include "test_util.h"
 
 namespace pagellm::test {
 namespace {
@@ -104,6 +105,10 @@ TEST(SpecDecodeE2E, ServersWithAndWithoutSpeculationAnswerTheSame) { check_same_
 
 TEST(SpecDecodeE2E, ServersWithAndWithoutSelfSpeculationAnswerTheSame) {
   check_same_answers({"--speculative-self-layers", "4"});
+}
+
+TEST(SpecDecodeE2E, ServersWithAndWithoutADraftModelAnswerTheSame) {
+  check_same_answers({"--speculative-model", testdata("stories260K/stories260K-q4_0.gguf")});
 }
 
 TEST(SpecDecodeE2E, PerRequestSpeculativeFieldIsValidated) {
