@@ -290,6 +290,10 @@ namespace {
 // Per decode step, acceptance evidence keeps this fraction: old evidence fades, and a request
 // whose drafts stopped paying (k = 0) drifts back to the prior and probes again.
 constexpr double kSpecEvidenceDecay = 0.9;
+// Per engine step, the engine-wide evidence (the prior of every request) keeps this fraction: a
+// new request starts from what the recent ones measured, and after a few hundred steps without
+// drafts the prior is back at 1/2 and probes again.
+constexpr double kSpecPriorDecay = 0.99;
 }  // namespace
 
 int32_t EngineCore::draft_length(const Request& r, const State& st, const StepFeatures& decodes,
@@ -304,9 +308,19 @@ int32_t EngineCore::draft_length(const Request& r, const State& st, const StepFe
   const StepCostModel& model = scheduler_.cost_model();
   const double t0 = model.predict(decodes);
   if (!model.ready() || !(t0 > 0)) return k_max;  // nothing measured yet: try
-  const double a = (st.spec_accepted + 1) / (st.spec_accepted + st.spec_rejections + 2);
+  // Two pseudo-counts of the engine-wide acceptance, then the request's own evidence.
+  const double prior = (spec_accepted_all_ + 1) / (spec_accepted_all_ + spec_rejections_all_ + 2);
+  const double a = (st.spec_accepted + 2 * prior) / (st.spec_accepted + st.spec_rejections + 2);
   const auto b = static_cast<double>(num_decodes);
   const double draft_pass = draft_cost_ratio_ * t0;  // one draft pass over the decodes (self or draft model)
+  // A draft model that lags behind r first computes the missed tokens (at most a token budget).
+  double catch_up = 0;
+  if (draft_runner_ != nullptr && r.num_draft_computed_tokens < r.num_computed_tokens) {
+    StepFeatures f = decodes;
+    f += StepFeatures::chunk(r.num_draft_computed_tokens, std::min(r.num_computed_tokens - r.num_draft_computed_tokens,
+                                                                   scheduler_.limits().max_num_batched_tokens));
+    catch_up = draft_cost_ratio_ * std::max(0.0, model.predict(f) - t0);
+  }
   double best_rate = b / t0, g = 0, a_pow = 1;
   int32_t best_k = 0;
   for (int32_t k = 1; k <= k_max; ++k) {
@@ -314,7 +328,7 @@ int32_t EngineCore::draft_length(const Request& r, const State& st, const StepFe
     g += a_pow;  // expected accepted drafts of k
     StepFeatures f = decodes;
     f += StepFeatures::chunk(r.num_computed_tokens + 1, k);
-    const double rate = (b + g) / (model.predict(f) + k * draft_pass);
+    const double rate = (b + g) / (model.predict(f) + k * draft_pass + catch_up);
     if (rate > best_rate) {
       best_rate = rate;
       best_k = k;
@@ -325,6 +339,8 @@ int32_t EngineCore::draft_length(const Request& r, const State& st, const StepFe
 
 void EngineCore::propose_drafts() {
   if (!speculative_) return;
+  spec_accepted_all_ *= kSpecPriorDecay;
+  spec_rejections_all_ *= kSpecPriorDecay;
   const std::vector<Request*>& running = scheduler_.running_requests();
   StepFeatures decodes;
   int64_t num_decodes = 0;
@@ -388,30 +404,26 @@ void EngineCore::draft_self(const SchedulerOutput& so) {
 
 void EngineCore::draft_with_model(const SchedulerOutput& so) {
   if (draft_runner_ == nullptr) return;
-  // The draft runs only in steps that verify drafts; in between it lags, and pass 0 catches up.
-  if (std::none_of(so.scheduled.begin(), so.scheduled.end(),
-                   [](const ScheduledRequest& s) { return s.num_spec_tokens > 0; })) {
-    return;
-  }
   const int64_t cap = scheduler_.limits().max_num_batched_tokens;
   std::vector<std::vector<int32_t>> chunks(so.scheduled.size());  // never resized: the seqs point in
   std::vector<ScheduledSeq> seqs;
   std::vector<std::pair<const ScheduledRequest*, size_t>> drafting;  // (request, its row in the pass)
-  // Pass 0: every request that may speculate gets the draft's K/V of its tokens up to this step's
-  // last non-draft one (a prefill chunk, a decode token, and what the draft missed while it lagged:
-  // at most `cap` tokens a step); one that speculates and caught up takes the argmax of its last
-  // token's row as draft 0. Placeholders of one still catching up stay as its drafts (verified
-  // like any draft, and most likely rejected).
+  // The draft runs only for the requests that verify drafts this step; the others' K/V lag and
+  // are caught up when they speculate. Pass 0: each gets the draft's K/V of its tokens up to its
+  // decode token (what the draft missed while it lagged, at most `cap` tokens a step) and, once
+  // caught up, takes the argmax of that token's row as draft 0. Placeholders of one still
+  // catching up stay as its drafts (verified like any draft, and most likely rejected).
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& s = so.scheduled[i];
     Request& r = *s.request;
-    if (states_.at(r.request_id).max_spec_tokens == 0) continue;
+    if (s.num_spec_tokens == 0) continue;
     const int64_t end = r.num_computed_tokens + s.num_scheduled_tokens - s.num_spec_tokens;
     const int64_t begin = r.num_draft_computed_tokens;
     const int64_t stop = std::min(end, begin + cap);
     if (stop <= begin) continue;
     for (int64_t p = begin; p < stop; ++p) chunks[i].push_back(r.token_at(p));
-    const bool proposes = s.num_spec_tokens > 0 && stop == end;
+    const bool proposes = stop == end;
+    states_.at(r.request_id).placeholder_drafts = !proposes;
     if (proposes) drafting.emplace_back(&s, seqs.size());
     seqs.push_back(ScheduledSeq{kv_manager_.block_tables(r.request_id), chunks[i], begin, proposes ? 1 : 0});
     r.num_draft_computed_tokens = stop;
@@ -466,8 +478,13 @@ void EngineCore::verify(Request& r, const ScheduledRequest& s, std::span<const f
   c.num_draft_tokens += k;
   c.num_accepted_tokens += num_accepted;
   for (int64_t j = 0; j < num_accepted; ++j) ++c.num_accepted_tokens_per_pos[static_cast<size_t>(j)];
-  st.spec_accepted += static_cast<double>(num_accepted);
-  if (num_accepted < k) st.spec_rejections += 1;
+  if (!st.placeholder_drafts) {  // a draft model still catching up proposed nothing: no evidence
+    st.spec_accepted += static_cast<double>(num_accepted);
+    if (num_accepted < k) st.spec_rejections += 1;
+    spec_accepted_all_ += static_cast<double>(num_accepted);
+    if (num_accepted < k) spec_rejections_all_ += 1;
+  }
+  st.placeholder_drafts = false;
   // The rejected drafts' K/V go; the accepted ones' stay (the bonus token has none yet).
   r.spec_token_ids.clear();
   scheduler_.roll_back(r, k - num_accepted);

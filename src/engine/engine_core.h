@@ -15,11 +15,14 @@
 // longest prefix the target itself samples plus one token of its own, and
 // Scheduler::roll_back drops the rejected positions' K/V. Every emitted token is the one
 // sampling without speculation emits (for a seeded request too), so outputs do not change.
-// Adaptive k: the k of each request maximises (B + g(k)) / (T + dT(k)), the step's predicted
-// tokens per second, with B the running decodes, T their step's predicted time, dT(k) the cost
-// model's extra time for k more tokens and g(k) = a + a^2 + ... + a^k the expected accepted
-// tokens at the request's measured acceptance a; k = 0 when nothing beats not speculating. It speaks tokens only: text
-// and stop strings are the output processor's (engine/output_processor.h), which ends a request through stop_request().
+// Adaptive k: the k of each request maximises (B + g(k)) / (T + dT(k) + k c T + U), the step's
+// predicted tokens per second, with B the running decodes, T their step's predicted time, dT(k)
+// the cost model's extra time for k more tokens, c the draft pass's cost ratio, U a lagging
+// draft model's catch-up and g(k) = a + a^2 + ... + a^k the expected accepted tokens at the
+// request's measured acceptance a (its own evidence after two pseudo-counts of the engine-wide
+// acceptance); k = 0 when nothing beats not speculating. It speaks tokens only: text and stop
+// strings are the output processor's (engine/output_processor.h), which ends a request through
+// stop_request().
 // Single-threaded; AsyncEngine runs it on the engine thread, LLM::generate and `bench latency`
 // drive it directly.
 #pragma once
@@ -86,9 +89,10 @@ class EngineCore {
     RequestTimes times;
     double cumulative_logprob = 0;
     int32_t max_spec_tokens = 0;  // this request's k bound (0: no speculation)
-    // Acceptance evidence, decayed per verify step: drafts accepted, and verify steps that
-    // rejected one (acceptance a = (accepted + 1) / (accepted + rejections + 2)).
+    // Acceptance evidence, decayed per decode step: drafts accepted, and verify steps that
+    // rejected one (a = (accepted + 2 prior) / (accepted + rejections + 2), prior the engine's).
     double spec_accepted = 0, spec_rejections = 0;
+    bool placeholder_drafts = false;  // this step's drafts are placeholders (draft model catching up)
     int32_t num_accepted_draft_tokens = 0;
   };
   struct Group {  // n > 1: members waiting to fork the leader's blocks
@@ -106,10 +110,10 @@ class EngineCore {
   // Self-speculation, after schedule(): fills the granted drafts of every request with the
   // greedy tokens of the first self_layers_ layers, one batched early-exit pass per position.
   void draft_self(const SchedulerOutput& so);
-  // Draft model (--speculative-model), after schedule() and the block copies: in a step that
-  // verifies drafts, catches every request that may speculate up to its tokens of this step in
-  // the draft's KV storage (Request::num_draft_computed_tokens), then fills the granted drafts
-  // with the draft's greedy tokens, one batched pass per position.
+  // Draft model (--speculative-model), after schedule() and the block copies: catches every
+  // request granted drafts up to its decode token in the draft's KV storage
+  // (Request::num_draft_computed_tokens), then fills its drafts with the draft's greedy tokens,
+  // one batched pass per position.
   void draft_with_model(const SchedulerOutput& so);
   // A verify step's rows for r: accepted drafts plus one token appended, rejected K/V rolled back.
   void verify(Request& r, const ScheduledRequest& s, std::span<const float> logits, double now, EngineCoreOutput& out);
@@ -143,6 +147,8 @@ class EngineCore {
   NgramParams ngram_;
   int32_t num_speculative_tokens_ = 0;  // the engine's k bound
   bool speculative_adaptive_ = true;
+  // Engine-wide acceptance evidence, decayed per step: the prior of each request's acceptance.
+  double spec_accepted_all_ = 0, spec_rejections_all_ = 0;
   double last_step_seconds_ = 0, last_step_predicted_seconds_ = 0, step_seconds_total_ = 0;
 };
 

@@ -304,6 +304,12 @@ TEST(SpecDecodeEngine, QuantizedDraftModelKeepsEveryOutput) {
   expect_speculated(*core);
   EXPECT_GT(core->scheduler().num_preemptions(), 0);
   expect_idle_pool(*spec);
+  // A 12-token budget: the draft catches a prompt up over several steps (placeholder drafts
+  // meanwhile) and prefills arrive in chunks.
+  const auto greedy = requests(false);
+  expect_same(run(*spec, greedy, false, &core, SchedulerLimits{8, 12}), run(*plain, greedy, false));
+  expect_speculated(*core);
+  expect_idle_pool(*spec);
 }
 
 TEST(SpecDecodeEngine, DraftModelIsCheckedAtLoad) {
