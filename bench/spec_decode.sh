@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
-# Speculative decoding with the n-gram proposer, single stream, measured with `pagellm generate`
+# Speculative decoding, single stream, measured with `pagellm generate`
 # (one process per prompt, greedy, the same prompts with and without speculation):
-#   1. acceptance: per model in --accept-models, k = --k fixed (--no-speculative-adaptive), the
+#   1. acceptance: per model in --accept-models (TARGET, or TARGET=DRAFT for a draft model), k = --k fixed (--no-speculative-adaptive), the
 #      rate at each draft position (accepted there / drafts, vLLM's definition), the mean
 #      accepted length (1 + accepted / drafts) and the per-token acceptance a that gives that
 #      length under the i.i.d. model ((1 - a^(k+1)) / (1 - a));
 #   2. speed on --speed-model: decode tokens/s without speculation, with fixed k and with the
 #      adaptive k, and the ratios; next to it the expected speedup (1 - a^(k+1)) / ((1 - a) V),
 #      V = the verify cost: the step time of k + 1 tokens over that of 1 token, measured with
-#      `bench latency --prompt-tokens` (the draft cost c is ~0 for n-gram lookup).
+#      `bench latency --prompt-tokens`, and c the draft cost (~0 for n-gram lookup; with
+#      --draft-model D, D's single-stream decode time over the target's, from `bench latency`),
+#      expected = (1 - a^(k+1)) / ((1 - a)(k c + V)).
+# --proposer "FLAGS": the proposer's flags (default --speculative-ngram; e.g.
+# "--speculative-self-layers 4"); --draft-model D sets it to --speculative-model D for part 2.
 # Prompts: per story of the "eval" split of ../shared/testdata/tinystories/ending-choice.jsonl
 # (stories 100-199 of valid-sample.txt), its shortest context (its first sentences, cut to at most
 # 600 characters at a sentence end): 100 prompts;
 # the first --speed-prompts of them for part 2.
 #
-#   bench/spec_decode.sh [--accept-models "M1 M2"] [--speed-model M] [--k 4] [--gen-tokens 128]
+#   bench/spec_decode.sh [--accept-models "M1 M2=D2"] [--speed-model M] [--proposer FLAGS]
+#       [--draft-model D] [--k 4] [--gen-tokens 128]
 #       [--speed-prompts 10] [--threads 2] [--bin build/pagellm] [--testdata ../shared/testdata]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 accept_models="models/stories260K-f32.gguf"
 speed_model=""
+proposer="--speculative-ngram"
+draft_model=""
 k=4
 gen=128
 speed_prompts=10
@@ -31,13 +38,15 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --accept-models) accept_models="$2"; shift 2 ;;
     --speed-model) speed_model="$2"; shift 2 ;;
+    --proposer) proposer="$2"; shift 2 ;;
+    --draft-model) draft_model="$2"; proposer="--speculative-model $2"; shift 2 ;;
     --k) k="$2"; shift 2 ;;
     --gen-tokens) gen="$2"; shift 2 ;;
     --speed-prompts) speed_prompts="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     --testdata) testdata="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "spec_decode.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -101,13 +110,19 @@ EOF
 }
 
 num_prompts=$(wc -l < "$work/prompts")
-echo "## Acceptance, n-gram proposer (k = $k fixed, greedy, $gen tokens, $num_prompts prompts)"
+label="proposer \`$proposer\`"
+[[ "$accept_models" == *=* ]] && label="proposer \`$proposer\`; TARGET=DRAFT rows: a draft model"
+echo "## Acceptance, $label (k = $k fixed, greedy, $gen tokens, $num_prompts prompts)"
 echo
 echo "| model | drafts | draft tokens | accepted | acceptance per position | mean accepted length | a |"
 echo "| --- | ---: | ---: | ---: | --- | ---: | ---: |"
-for m in $accept_models; do
-  run "$m" "$num_prompts" "$work/acc.jsonl" --speculative-ngram --no-speculative-adaptive --num-speculative-tokens "$k"
+for entry in $accept_models; do
+  m=${entry%%=*}
+  # the proposer's flags are words
+  if [[ "$entry" == *=* ]]; then flags=(--speculative-model "${entry#*=}"); else read -r -a flags <<< "$proposer"; fi
+  run "$m" "$num_prompts" "$work/acc.jsonl" "${flags[@]}" --no-speculative-adaptive --num-speculative-tokens "$k"
   IFS='|' read -r d dt acc rates mal a _ <<< "$(summary "$work/acc.jsonl" "$k")"
+  [[ "$entry" == *=* ]] && m="$m with draft $(basename "${entry#*=}")"
   echo "| $(basename "$m") | $d | $dt | $acc | $rates | $mal | $a |"
 done
 [[ -n "$speed_model" ]] || exit 0
@@ -121,24 +136,34 @@ ms='import json,sys; j=json.load(open(sys.argv[1])); print(1e3 * j["prompt_token
 one=$(python3 -c "$ms" "$work/v1.json")
 "$bin" bench latency -m "$speed_model" --prompt-tokens $((k + 1)) --gen-tokens 2 -t "$threads" --json > "$work/vk.json"
 kms=$(python3 -c "$ms" "$work/vk.json")
+c=0
+if [[ -n "$draft_model" ]]; then  # c: the draft's decode step over the target's
+  dms='import json,sys; j=json.load(open(sys.argv[1])); print(1e3 / j["decode_tokens_per_s"])'
+  "$bin" bench latency -m "$speed_model" --prompt-tokens 16 --gen-tokens 64 -t "$threads" --json > "$work/t.json"
+  "$bin" bench latency -m "$draft_model" --prompt-tokens 16 --gen-tokens 64 -t "$threads" --json > "$work/d.json"
+  c=$(python3 -c "print($(python3 -c "$dms" "$work/d.json") / $(python3 -c "$dms" "$work/t.json"))")
+fi
+# shellcheck disable=SC2086
 run "$speed_model" "$speed_prompts" "$work/off.jsonl"
-run "$speed_model" "$speed_prompts" "$work/fixed.jsonl" --speculative-ngram --no-speculative-adaptive --num-speculative-tokens "$k"
-run "$speed_model" "$speed_prompts" "$work/adaptive.jsonl" --speculative-ngram --num-speculative-tokens "$k"
+# shellcheck disable=SC2086
+run "$speed_model" "$speed_prompts" "$work/fixed.jsonl" $proposer --no-speculative-adaptive --num-speculative-tokens "$k"
+# shellcheck disable=SC2086
+run "$speed_model" "$speed_prompts" "$work/adaptive.jsonl" $proposer --num-speculative-tokens "$k"
 IFS='|' read -r _ _ _ _ _ _ off <<< "$(summary "$work/off.jsonl" "$k")"
 IFS='|' read -r _ _ _ rates mal a fixed <<< "$(summary "$work/fixed.jsonl" "$k")"
 IFS='|' read -r _ _ _ _ amal _ adaptive <<< "$(summary "$work/adaptive.jsonl" "$k")"
-python3 - "$off" "$fixed" "$adaptive" "$a" "$k" "$one" "$kms" "$mal" "$amal" <<'EOF'
+python3 - "$off" "$fixed" "$adaptive" "$a" "$k" "$one" "$kms" "$mal" "$amal" "$c" "$proposer" <<'EOF'
 import sys
 off, fixed, adaptive, a, k = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
-one, kms, mal, amal = sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9]
+one, kms, mal, amal, c, name = sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9], float(sys.argv[10]), sys.argv[11]
 v = float(kms) / float(one)
-expected = (sum(a ** i for i in range(k + 1))) / v
-print(f"verify cost V(k={k}) = step({k + 1} tokens) / step(1 token) = {float(kms):.1f} / {float(one):.1f} ms = {v:.2f}")
+expected = (sum(a ** i for i in range(k + 1))) / (k * c + v)
+print(f"verify cost V(k={k}) = step({k + 1} tokens) / step(1 token) = {float(kms):.1f} / {float(one):.1f} ms = {v:.2f}; draft cost c = {c:.2f}")
 print()
 print("| | decode tokens/s | vs off | mean accepted length |")
 print("| --- | ---: | ---: | ---: |")
 print(f"| off | {off:.2f} | 1.00x | - |")
-print(f"| n-gram, k = {k} fixed | {fixed:.2f} | {fixed / off:.2f}x | {mal} |")
-print(f"| n-gram, adaptive k <= {k} | {adaptive:.2f} | {adaptive / off:.2f}x | {amal} |")
-print(f"| expected at a = {a:.2f}, k = {k}: (1 - a^(k+1)) / ((1 - a) V) | | {expected:.2f}x | |")
+print(f"| `{name}`, k = {k} fixed | {fixed:.2f} | {fixed / off:.2f}x | {mal} |")
+print(f"| `{name}`, adaptive k <= {k} | {adaptive:.2f} | {adaptive / off:.2f}x | {amal} |")
+print(f"| expected at a = {a:.2f}, k = {k}: (1 - a^(k+1)) / ((1 - a)(k c + V)) | | {expected:.2f}x | |")
 EOF
