@@ -354,11 +354,19 @@ void EngineCore::propose_drafts() {
     // Decodes only, from the second token on (the first may fork an n > 1 group).
     if (r->num_tokens() - r->num_computed_tokens != 1 || r->output_token_ids.empty()) continue;
     State& st = states_.at(r->request_id);
+    st.draft_catch_up = false;
     if (st.max_spec_tokens == 0) continue;
     st.spec_accepted *= kSpecEvidenceDecay;
     st.spec_rejections *= kSpecEvidenceDecay;
     const int32_t k = draft_length(*r, st, decodes, num_decodes);
     if (k <= 0) continue;
+    // A draft model too far behind to catch up and draft in one step (its catch-up is at most a
+    // token budget) only catches up this step: no drafts, so none is verified in vain.
+    if (draft_runner_ != nullptr &&
+        r->num_computed_tokens + 1 - r->num_draft_computed_tokens > scheduler_.limits().max_num_batched_tokens) {
+      st.draft_catch_up = true;
+      continue;
+    }
     if (self_layers_ > 0 || draft_runner_ != nullptr) {
       // Placeholders for the scheduler's grant; draft_self / draft_with_model write the drafts.
       r->spec_token_ids.assign(static_cast<size_t>(k), r->output_token_ids.back());
@@ -408,22 +416,25 @@ void EngineCore::draft_with_model(const SchedulerOutput& so) {
   std::vector<std::vector<int32_t>> chunks(so.scheduled.size());  // never resized: the seqs point in
   std::vector<ScheduledSeq> seqs;
   std::vector<std::pair<const ScheduledRequest*, size_t>> drafting;  // (request, its row in the pass)
-  // The draft runs only for the requests that verify drafts this step; the others' K/V lag and
-  // are caught up when they speculate. Pass 0: each gets the draft's K/V of its tokens up to its
-  // decode token (what the draft missed while it lagged, at most `cap` tokens a step) and, once
-  // caught up, takes the argmax of that token's row as draft 0. Placeholders of one still
-  // catching up stay as its drafts (verified like any draft, and most likely rejected).
+  // The draft runs only for the requests that verify drafts this step, and for those that
+  // propose_drafts left to catch up; the others' K/V lag and are caught up when they speculate.
+  // Pass 0: each gets the draft's K/V of its tokens up to its decode token (what the draft missed
+  // while it lagged; at most `cap` tokens, which a drafting request's catch-up always fits) and a
+  // drafting one takes the argmax of that token's row as draft 0.
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& s = so.scheduled[i];
     Request& r = *s.request;
-    if (s.num_spec_tokens == 0) continue;
+    State& st = states_.at(r.request_id);
+    const bool catch_up_only = st.draft_catch_up && s.num_spec_tokens == 0;
+    st.draft_catch_up = false;
+    if (s.num_spec_tokens == 0 && !catch_up_only) continue;
     const int64_t end = r.num_computed_tokens + s.num_scheduled_tokens - s.num_spec_tokens;
     const int64_t begin = r.num_draft_computed_tokens;
     const int64_t stop = std::min(end, begin + cap);
     if (stop <= begin) continue;
     for (int64_t p = begin; p < stop; ++p) chunks[i].push_back(r.token_at(p));
-    const bool proposes = stop == end;
-    states_.at(r.request_id).placeholder_drafts = !proposes;
+    const bool proposes = !catch_up_only;
+    PAGELLM_CHECK(!proposes || stop == end, "a drafting request's catch-up exceeds the token budget");
     if (proposes) drafting.emplace_back(&s, seqs.size());
     seqs.push_back(ScheduledSeq{kv_manager_.block_tables(r.request_id), chunks[i], begin, proposes ? 1 : 0});
     r.num_draft_computed_tokens = stop;
@@ -478,13 +489,10 @@ void EngineCore::verify(Request& r, const ScheduledRequest& s, std::span<const f
   c.num_draft_tokens += k;
   c.num_accepted_tokens += num_accepted;
   for (int64_t j = 0; j < num_accepted; ++j) ++c.num_accepted_tokens_per_pos[static_cast<size_t>(j)];
-  if (!st.placeholder_drafts) {  // a draft model still catching up proposed nothing: no evidence
-    st.spec_accepted += static_cast<double>(num_accepted);
-    if (num_accepted < k) st.spec_rejections += 1;
-    spec_accepted_all_ += static_cast<double>(num_accepted);
-    if (num_accepted < k) spec_rejections_all_ += 1;
-  }
-  st.placeholder_drafts = false;
+  st.spec_accepted += static_cast<double>(num_accepted);
+  if (num_accepted < k) st.spec_rejections += 1;
+  spec_accepted_all_ += static_cast<double>(num_accepted);
+  if (num_accepted < k) spec_rejections_all_ += 1;
   // The rejected drafts' K/V go; the accepted ones' stay (the bonus token has none yet).
   r.spec_token_ids.clear();
   scheduler_.roll_back(r, k - num_accepted);

@@ -92,7 +92,7 @@ class EngineCore {
     // Acceptance evidence, decayed per decode step: drafts accepted, and verify steps that
     // rejected one (a = (accepted + 2 prior) / (accepted + rejections + 2), prior the engine's).
     double spec_accepted = 0, spec_rejections = 0;
-    bool placeholder_drafts = false;  // this step's drafts are placeholders (draft model catching up)
+    bool draft_catch_up = false;  // draft model: this step only catches the draft's K/V up
     int32_t num_accepted_draft_tokens = 0;
   };
   struct Group {  // n > 1: members waiting to fork the leader's blocks
@@ -111,9 +111,9 @@ class EngineCore {
   // greedy tokens of the first self_layers_ layers, one batched early-exit pass per position.
   void draft_self(const SchedulerOutput& so);
   // Draft model (--speculative-model), after schedule() and the block copies: catches every
-  // request granted drafts up to its decode token in the draft's KV storage
-  // (Request::num_draft_computed_tokens), then fills its drafts with the draft's greedy tokens,
-  // one batched pass per position.
+  // request granted drafts (or left to catch up by propose_drafts) up to its decode token in the
+  // draft's KV storage (Request::num_draft_computed_tokens), then fills the drafts with the
+  // draft's greedy tokens, one batched pass per position.
   void draft_with_model(const SchedulerOutput& so);
   // A verify step's rows for r: accepted drafts plus one token appended, rejected K/V rolled back.
   void verify(Request& r, const ScheduledRequest& s, std::span<const float> logits, double now, EngineCoreOutput& out);

@@ -25,10 +25,10 @@ bool all_full_attention(const LlamaModel& m) {
 
 void LLM::load_draft(const LlamaModel& target, ThreadPool* pool) {
   const std::string& path = config_.speculative_model;
-  draft_file_ = open_model_file(path);
-  draft_model_ = std::make_unique<LlamaModel>(*draft_file_, pool);
   std::unique_ptr<Tokenizer> draft_tokenizer;
-  try {
+  try {  // a bad draft file's error says it is the draft
+    draft_file_ = open_model_file(path);
+    draft_model_ = std::make_unique<LlamaModel>(*draft_file_, pool);
     draft_tokenizer = Tokenizer::from_gguf(*draft_file_);
   } catch (const Error& e) {
     throw Error("--speculative-model '" + path + "': " + e.what());

@@ -116,8 +116,10 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
   const auto& kv = llm->kv_cache();            // (engine/llm.h: the pool plan_kv_cache sized)
   const int64_t tokens = int64_t{kv.num_blocks()} * kv.block_size();
   char line[256];
+  // With a draft model every block also holds the draft's K/V (its own storage, same block ids).
+  const int64_t bytes = kv.bytes() + (llm->draft_runner() != nullptr ? llm->draft_runner()->kv_cache().bytes() : 0);
   std::snprintf(line, sizeof line, "KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB (%s); context %lld tokens",
-                kv.num_blocks(), kv.block_size(), static_cast<long long>(tokens), kv.bytes() / 1048576.0,
+                kv.num_blocks(), kv.block_size(), static_cast<long long>(tokens), bytes / 1048576.0,
                 o.engine.kv_dtype == GgmlType::F16 ? "f16" : "f32",
                 static_cast<long long>(llm->model().config().max_position_embeddings));
   log(line);

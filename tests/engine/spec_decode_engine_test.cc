@@ -281,6 +281,12 @@ TEST(SpecDecodeEngine, DraftModelThatIsTheTargetHasEveryDraftAccepted) {
   EXPECT_GT(core->scheduler().num_preemptions(), 0);
   EXPECT_GT(core->scheduler().prefix_cache_hits(), 0);
   expect_idle_pool(*spec);
+  // A 12-token budget: prompts arrive in chunks, and the draft catches up over several steps
+  // before it drafts (a draft it made before catching up would be rejected here).
+  expect_same(run(*spec, reqs, false, &core, SchedulerLimits{8, 12}), run(*plain, reqs, false));
+  EXPECT_GT(core->counters().spec.num_drafts, 20);
+  EXPECT_EQ(core->counters().spec.num_accepted_tokens, core->counters().spec.num_draft_tokens);
+  expect_idle_pool(*spec);
 }
 
 // The draft is stories260K in Q4_0 (the "same model, cheaper quantization" setup): greedy and
@@ -304,8 +310,8 @@ TEST(SpecDecodeEngine, QuantizedDraftModelKeepsEveryOutput) {
   expect_speculated(*core);
   EXPECT_GT(core->scheduler().num_preemptions(), 0);
   expect_idle_pool(*spec);
-  // A 12-token budget: the draft catches a prompt up over several steps (placeholder drafts
-  // meanwhile) and prefills arrive in chunks.
+  // A 12-token budget: the draft catches a prompt up over several steps and prefills arrive in
+  // chunks.
   const auto greedy = requests(false);
   expect_same(run(*spec, greedy, false, &core, SchedulerLimits{8, 12}), run(*plain, greedy, false));
   expect_speculated(*core);
@@ -315,7 +321,12 @@ TEST(SpecDecodeEngine, QuantizedDraftModelKeepsEveryOutput) {
 TEST(SpecDecodeEngine, DraftModelIsCheckedAtLoad) {
   // A different vocabulary (TinyStories-656K has 2048 tokens).
   EXPECT_THROW(load_with_draft(test::testdata("tinystories-656k/TinyStories-656K-f32.gguf")), Error);
-  EXPECT_THROW(load_with_draft("/nonexistent/draft.gguf"), Error);
+  try {
+    load_with_draft("/nonexistent/draft.gguf");
+    ADD_FAILURE() << "a missing draft loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--speculative-model '/nonexistent/draft.gguf': ", 0), 0u) << e.what();
+  }
   // Sliding-window layers (Gemma 3) cannot share the target's block tables.
   EngineConfig g;
   g.model_path = test::testdata("archs/gemma3-s14-f32.gguf");
