@@ -40,7 +40,8 @@ Handler add_serve(CLI::App& app) {
           ->capture_default_str();
   app.add_option("--max-queue-delay-s", e.max_queue_delay_s,
                  "Refuse (429) a request whose predicted time to first token, from the prompt tokens queued ahead "
-                 "of it at the measured step speed, exceeds this many seconds (0: off)")
+                 "of it (running, and waiting of its priority or better) at the measured step speed, exceeds "
+                 "this many seconds (0: off)")
       ->capture_default_str();
   auto target_itl = std::make_shared<double>(0);
   app.add_option("--target-itl-ms", *target_itl, "Inter-token latency target (ms): sets --max-step-ms to 0.9 x it")

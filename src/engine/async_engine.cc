@@ -1,5 +1,6 @@
 #include "engine/async_engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -8,6 +9,15 @@
 #include "engine/output_processor.h"
 
 namespace pagellm {
+namespace {
+
+// Whether `r` forks the prompt of `prev`, the request added just before it (the members of an
+// n > 1 group are consecutive and share one parallel_group): its prompt is computed once.
+bool forks_previous(const EngineRequest* prev, const EngineRequest& r) {
+  return prev != nullptr && !r.parallel_group.empty() && r.parallel_group == prev->parallel_group;
+}
+
+}  // namespace
 
 struct AsyncEngine::Impl {
   explicit Impl(LLM& llm)
@@ -35,9 +45,11 @@ struct AsyncEngine::Impl {
   mutable std::mutex mu;                        // guards everything below
   std::condition_variable cv;
   std::deque<Command> inbox;
-  int64_t num_queued = 0;             // adds in the inbox + waiting (unforked n > 1 members too)
-  int64_t queued_prefill_tokens = 0;  // prompt tokens in the inbox + the scheduler's prefill left
-  int64_t num_live = 0;               // accepted requests whose final output is not out
+  int64_t num_queued = 0;  // adds in the inbox + waiting (unforked n > 1 members too)
+  // Prompt tokens in the inbox + the scheduler's prefill left, as the scheduler will serve them
+  // (running first, then waiting and inbox by priority).
+  PrefillBacklog queued_prefill;
+  int64_t num_live = 0;  // accepted requests whose final output is not out
   bool stop = false;
   bool draining = false;
   EngineStats stats;
@@ -117,7 +129,6 @@ struct AsyncEngine::Impl {
     stats.last_step_predicted_seconds = core.last_step_predicted_seconds();
     stats.step_seconds_total = core.step_seconds_total();
     stats.step_cost_ready = m.ready();
-    stats.num_prefill_tokens_left = s.num_prefill_tokens_left();
     stats.num_running_decodes = s.num_running_decodes();
     const SpecDecodeCounters& spec = core.counters().spec;
     stats.spec_decode_num_drafts = spec.num_drafts;
@@ -127,16 +138,17 @@ struct AsyncEngine::Impl {
         spec.num_accepted_tokens_per_pos.begin(),
         spec.num_accepted_tokens_per_pos.begin() + core.llm().config().num_speculative_tokens);
     num_queued = static_cast<int64_t>(inbox.size()) + stats.num_waiting;
-    queued_prefill_tokens = stats.num_prefill_tokens_left;
-    const std::string* last_group = nullptr;
+    queued_prefill = s.prefill_backlog();
+    stats.num_prefill_tokens_left = queued_prefill.total();
+    const EngineRequest* prev = nullptr;
     for (const Command& c : inbox) {
       if (c.kind != Command::Kind::kAdd) continue;
       // As add_requests counts them: one prompt per n > 1 group (its members fork it).
-      const std::string& group = c.request.parallel_group;
-      if (last_group == nullptr || group.empty() || group != *last_group) {
-        queued_prefill_tokens += static_cast<int64_t>(c.request.prompt_token_ids.size());
+      if (!forks_previous(prev, c.request)) {
+        queued_prefill.waiting_by_priority[c.request.priority] +=
+            static_cast<int64_t>(c.request.prompt_token_ids.size());
       }
-      last_group = &group;
+      prev = &c.request;
     }
   }
 
@@ -210,31 +222,40 @@ void AsyncEngine::add_requests(std::vector<EngineRequest> requests, std::vector<
     }
     // The prompt tokens this call adds: one prompt per n > 1 group (its members fork it).
     int64_t prompt_tokens = 0;
+    int32_t worst_priority = requests[0].priority;
     for (size_t i = 0; i < requests.size(); ++i) {
-      const bool repeat =
-          i > 0 && !requests[i].parallel_group.empty() && requests[i].parallel_group == requests[i - 1].parallel_group;
-      if (!repeat) prompt_tokens += static_cast<int64_t>(requests[i].prompt_token_ids.size());
+      if (!forks_previous(i > 0 ? &requests[i - 1] : nullptr, requests[i])) {
+        prompt_tokens += static_cast<int64_t>(requests[i].prompt_token_ids.size());
+      }
+      worst_priority = std::max(worst_priority, requests[i].priority);
     }
     const EngineStats& st = impl_->stats;
-    // Only a request with prefill queued ahead of it is refused: alone, waiting would not make
-    // it faster, and a 429 with Retry-After would be retried forever.
-    if (impl_->max_queue_delay_s > 0 && st.step_cost_ready && impl_->queued_prefill_tokens > 0) {
+    // What this call's prefill waits behind: the running prompts and the queued ones of the same
+    // or a better priority (the call's worst; one HTTP request's prompts share one). Only a
+    // request with prefill queued ahead of it is refused: alone, waiting would not make it
+    // faster, and a 429 with Retry-After would be retried forever.
+    const int64_t ahead = impl_->queued_prefill.ahead_of(worst_priority);
+    if (impl_->max_queue_delay_s > 0 && st.step_cost_ready && ahead > 0) {
       const StepCostModel model = StepCostModel::fixed(st.step_cost_c_step, st.step_cost_c_token, st.step_cost_c_attn);
       const SchedulerLimits& l = impl_->limits;
-      const double ttft =
-          predict_prefill_seconds(model, l.max_step_seconds, l.max_num_batched_tokens, l.min_prefill_chunk,
-                                  impl_->queued_prefill_tokens + prompt_tokens, st.num_running_decodes);
+      const double ttft = predict_prefill_seconds(model, l.max_step_seconds, l.max_num_batched_tokens,
+                                                  l.min_prefill_chunk, ahead + prompt_tokens, st.num_running_decodes);
       if (ttft > impl_->max_queue_delay_s) {
         char msg[256];
         std::snprintf(msg, sizeof msg,
                       "the predicted time to first token, %.1f s (%lld prompt tokens queued ahead, %lld of its own), "
                       "exceeds --max-queue-delay-s %.1f s",
-                      ttft, static_cast<long long>(impl_->queued_prefill_tokens), static_cast<long long>(prompt_tokens),
+                      ttft, static_cast<long long>(ahead), static_cast<long long>(prompt_tokens),
                       impl_->max_queue_delay_s);
         throw QueueFull(msg);
       }
     }
-    impl_->queued_prefill_tokens += prompt_tokens;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (!forks_previous(i > 0 ? &requests[i - 1] : nullptr, requests[i])) {
+        impl_->queued_prefill.waiting_by_priority[requests[i].priority] +=
+            static_cast<int64_t>(requests[i].prompt_token_ids.size());
+      }
+    }
     impl_->num_queued += k;
     impl_->num_live += k;
     for (size_t i = 0; i < requests.size(); ++i) {

@@ -59,15 +59,31 @@ int64_t Scheduler::num_seats_taken() const {
   return n;
 }
 
-int64_t Scheduler::num_prefill_tokens_left() const {
-  int64_t n = 0;
-  for (const std::vector<Request*>* v : {&running_, &waiting_}) {
-    for (const Request* r : *v) {
-      const int64_t left = r->num_tokens() - r->num_computed_tokens;
-      if (left > 1) n += left;
-    }
+int64_t PrefillBacklog::ahead_of(int32_t priority) const {
+  int64_t n = running;
+  for (auto it = waiting_by_priority.begin(); it != waiting_by_priority.end() && it->first <= priority; ++it) {
+    n += it->second;
   }
   return n;
+}
+
+int64_t PrefillBacklog::total() const {
+  int64_t n = running;
+  for (const auto& [priority, tokens] : waiting_by_priority) n += tokens;
+  return n;
+}
+
+PrefillBacklog Scheduler::prefill_backlog() const {
+  PrefillBacklog b;
+  for (const Request* r : running_) {
+    const int64_t left = r->num_tokens() - r->num_computed_tokens;
+    if (left > 1) b.running += left;
+  }
+  for (const Request* r : waiting_) {
+    const int64_t left = r->num_tokens() - r->num_computed_tokens;
+    if (left > 1) b.waiting_by_priority[r->priority] += left;
+  }
+  return b;
 }
 
 int64_t Scheduler::num_running_decodes() const {

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -74,6 +75,18 @@ struct SchedulerOutput {
   double predicted_seconds = 0;  // the cost model's time for it (0 before any step is measured)
 };
 
+// Prompt tokens still to compute (requests with more than one token left), split as schedule()
+// serves them: running requests get their chunks before any waiting request is admitted, and
+// waiting requests are admitted best priority first (ties: arrival), so what a new request of
+// priority p waits behind is the running backlog plus the waiting backlog of priorities <= p.
+struct PrefillBacklog {
+  int64_t running = 0;
+  std::map<int32_t, int64_t> waiting_by_priority;  // priority -> tokens
+  // Tokens scheduled before the prefill of a request of `priority` that arrives now.
+  int64_t ahead_of(int32_t priority) const;
+  int64_t total() const;
+};
+
 class Scheduler {
  public:
   Scheduler(const SchedulerLimits& limits, KvCacheManager& kv);
@@ -115,7 +128,9 @@ class Scheduler {
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   // Tokens still to compute before the next sample of every running or waiting request that is
   // not decoding (more than one token left), and the running requests that are (one left).
-  int64_t num_prefill_tokens_left() const;
+  int64_t num_prefill_tokens_left() const { return prefill_backlog().total(); }
+  // The same tokens, by what is scheduled before what (admission by priority).
+  PrefillBacklog prefill_backlog() const;
   int64_t num_running_decodes() const;
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   int64_t num_preemptions() const { return num_preemptions_; }

@@ -137,6 +137,48 @@ TEST(AsyncEngine, PredictedQueueDelayOverTheLimitIsRefused) {
   }
 }
 
+// Admission by priority: a request waits only behind the running prompts and the queued ones of
+// its own or a better priority (the scheduler admits waiting requests best priority first), so
+// with b's 300-token prompt queued at priority 10 a priority -1 request is admitted under a
+// limit that refuses another priority 10 one (as the test above: a runs, max_num_seqs 1 keeps b
+// waiting). The better one then runs before b.
+TEST(AsyncEngine, QueueDelayCountsOnlyWorkOfTheSameOrABetterPriority) {
+  EngineConfig c;
+  c.model_path = test::source_dir() + "/models/stories260K-f32.gguf";
+  c.num_threads = 1;
+  c.max_num_seqs = 1;
+  c.max_num_batched_tokens = 16;
+  c.max_queue_delay_s = 1e-9;
+  AsyncEngine engine(std::make_unique<LLM>(c));
+  Collector a, b, urgent, late;
+  engine.add_request(req("a", 400), a.sink());
+  for (int i = 0; i < 500 && !engine.stats().step_cost_ready; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(engine.stats().step_cost_ready);
+  EngineRequest rb = req("b", 8);
+  rb.priority = 10;
+  for (int32_t i = 0; i < 295; ++i) rb.prompt_token_ids.push_back(3 + i % 500);
+  engine.add_request(rb, b.sink());
+  EngineRequest rl = req("late", 8);
+  rl.priority = 10;
+  try {
+    engine.add_request(rl, late.sink());
+    ADD_FAILURE() << "admitted behind 300 queued tokens of its own priority";
+  } catch (const QueueFull& e) {
+    EXPECT_NE(std::string(e.what()).find("300 prompt tokens queued ahead, 5 of its own"), std::string::npos)
+        << e.what();
+  }
+  EngineRequest ru = req("urgent", 8);
+  ru.priority = -1;
+  engine.add_request(ru, urgent.sink());  // nothing of priority <= -1 queued: admitted
+  engine.abort_request("a");
+  urgent.done.get_future().wait();
+  EXPECT_EQ(urgent.tokens, 8);
+  b.done.get_future().wait();
+  EXPECT_EQ(b.tokens, 8);
+}
+
 TEST(AsyncEngine, QueueFullThenDrain) {
   AsyncEngine engine(load(1, 64, 2));
   std::vector<std::unique_ptr<Collector>> cs;

@@ -98,6 +98,33 @@ TEST(Scheduler, PriorityOrderThenFcfs) {
   EXPECT_EQ(grants(o), (Grants{{"late-urgent", 2}, {"early", 2}, {"mid", 2}, {"lazy", 2}}));
 }
 
+// The prefill backlog as admission sees it: every running prompt's tokens left (running chunks
+// come before any admission), the waiting ones by priority; decodes count nowhere. Checked
+// against what the scheduler then does: a new priority -1 request goes before the priority 0
+// and 3 backlog, but after the running chunk.
+TEST(Scheduler, PrefillBacklogIsRunningThenWaitingByPriority) {
+  KvCacheManager kv(100, 4);
+  Scheduler s({8, 10}, kv);
+  s.add_request(make("dec", 2, 0));
+  finish_step(s, s.schedule());  // dec decodes from now on
+  s.add_request(make("run", 30, 1));
+  finish_step(s, s.schedule());  // run: 9 of 30 computed (dec took 1 token)
+  s.add_request(make("w0", 5, 2, 0));
+  s.add_request(make("w3", 7, 3, 3));
+  const PrefillBacklog b = s.prefill_backlog();
+  EXPECT_EQ(b.running, 21);
+  EXPECT_EQ(b.waiting_by_priority, (std::map<int32_t, int64_t>{{0, 5}, {3, 7}}));
+  EXPECT_EQ(b.ahead_of(-1), 21);
+  EXPECT_EQ(b.ahead_of(0), 26);
+  EXPECT_EQ(b.ahead_of(2), 26);
+  EXPECT_EQ(b.ahead_of(3), 33);
+  EXPECT_EQ(b.total(), 33);
+  EXPECT_EQ(s.num_prefill_tokens_left(), 33);
+  s.add_request(make("urgent", 3, 4, -1));
+  EXPECT_EQ(s.waiting_ids(), (std::vector<std::string>{"urgent", "w0", "w3"}));
+  EXPECT_EQ(grants(s.schedule()), (Grants{{"dec", 1}, {"run", 9}}));  // the running chunk first
+}
+
 TEST(Scheduler, WaitingRequestDoesNotOvertakeOrPreempt) {
   KvCacheManager kv(3, 4);
   Scheduler s({8, 100}, kv);
