@@ -8,6 +8,9 @@
 # more flags to `pagellm serve` (e.g. "--max-step-ms 500"). --llama-server PATH measures
 # llama.cpp's llama-server instead, with the same client: restarted for each level with -np C
 # (C slots of (input-len + output-len) x 2 tokens of context each) and continuous batching.
+# --request-rate "R ..." adds open-loop runs: requests arrive as a seeded Poisson process of R
+# requests/s (no cap on requests in flight), --rate-prompts of them per rate, against a server with
+# max(concurrency levels) sequences (llama-server: that many slots).
 # llama-server's connections leave TIME_WAIT sockets without SO_REUSEADDR, so for about a minute
 # after it stops no server can bind that port: give the next run another --port.
 #
@@ -15,7 +18,7 @@
 #       [--output-len 32] [--prompts-per-level 2] [--min-prompts 4] [--port 8391] [--threads 2]
 #       [--kv-cache-memory 256MiB] [--max-num-batched-tokens 512] [--bin build/pagellm]
 #       [--run-timeout 600] [--serial-baseline] [--json-dir DIR] [--server-args "ARGS"]
-#       [--llama-server PATH]
+#       [--llama-server PATH] [--request-rate "R ..."] [--rate-prompts 64]
 #
 # Each level sends max(prompts-per-level * C, min-prompts) requests of input-len random words and
 # output-len tokens (ignore_eos). All traffic goes to 127.0.0.1. Every run is bounded by
@@ -38,6 +41,8 @@ serial=0
 json_dir=""
 server_args=""
 llama_server=""
+rates=""
+rate_prompts=64
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -m|--model) model="$2"; shift 2 ;;
@@ -56,7 +61,9 @@ while [[ $# -gt 0 ]]; do
     --json-dir) json_dir="$2"; shift 2 ;;
     --server-args) server_args="$2"; shift 2 ;;
     --llama-server) llama_server="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --request-rate) rates="$2"; shift 2 ;;
+    --rate-prompts) rate_prompts="$2"; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "serve_sweep.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -112,14 +119,24 @@ rows=()
 run_level() {
   local c="$2" n=$(( per_level * $2 ))
   (( n < min_prompts )) && n=$min_prompts
-  local out="$json_dir/$1-c$c.json"
-  echo "[$(date +%T)] $1: concurrency $c, $n requests" >&2
-  if timeout "$run_timeout" "$bin" bench serve --base-url "http://127.0.0.1:$port" --num-prompts "$n" \
-      --max-concurrency "$c" --input-len "$input_len" --output-len "$output_len" --seed 1 --json --no-progress \
-      >"$out"; then
-    rows+=("$1 $c $3 $out")
+  run_bench "$1" "$c" "$3" "$json_dir/$1-c$c.json" "concurrency $c, $n requests" --num-prompts "$n" \
+    --max-concurrency "$c"
+}
+# $1 = label, $2 = rate (requests/s), $3 = max-num-seqs of the server.
+run_rate() {
+  run_bench "$1" "rate=$2" "$3" "$json_dir/$1-r$2.json" "Poisson rate $2/s, $rate_prompts requests" \
+    --num-prompts "$rate_prompts" --request-rate "$2"
+}
+# $1 label, $2 load (concurrency or rate=R), $3 max-num-seqs, $4 json path, $5 log text, rest: bench args.
+run_bench() {
+  local label="$1" load="$2" seqs="$3" out="$4"
+  echo "[$(date +%T)] $label: $5" >&2
+  shift 5
+  if timeout "$run_timeout" "$bin" bench serve --base-url "http://127.0.0.1:$port" "$@" \
+      --input-len "$input_len" --output-len "$output_len" --seed 1 --json --no-progress >"$out"; then
+    rows+=("$label $load $seqs $out")
   else
-    rows+=("$1 $c $3 TIMEOUT")
+    rows+=("$label $load $seqs TIMEOUT")
   fi
 }
 
@@ -129,9 +146,15 @@ if [[ -n "$llama_server" ]]; then
     run_level batched "$c" "$c"
     stop_server
   done
+  if [[ -n "$rates" ]]; then
+    start_server "$max_c"
+    for r in $rates; do run_rate batched "$r" "$max_c"; done
+    stop_server
+  fi
 else
   start_server "$max_c"
   for c in $levels; do run_level batched "$c" "$max_c"; done
+  for r in $rates; do run_rate batched "$r" "$max_c"; done
   stop_server
 fi
 if (( serial )); then
@@ -153,7 +176,7 @@ base = None
 for label, c, seqs, path in rows:
     if label == "batched" and c == "1" and path != "TIMEOUT":
         base = json.load(open(path))["output_throughput"]
-print("| server `--max-num-seqs` | concurrency | requests | output tok/s | vs concurrency 1 | mean TTFT (ms) | "
+print("| server `--max-num-seqs` | concurrency or Poisson rate (req/s) | requests | output tok/s | vs concurrency 1 | mean TTFT (ms) | "
       "p50 / p99 TTFT (ms) | mean TPOT (ms) | p50 / p99 ITL (ms) | failed |")
 print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for label, c, seqs, path in rows:
