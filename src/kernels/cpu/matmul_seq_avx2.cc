@@ -128,6 +128,10 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     if (m == 1) {
       for (; i + 4 <= tiles; i += 4)
         seq_kernel<L, 4, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+      if (i + 2 <= tiles) {  // the chunk's leftover tiles: 4 chains in flight rather than 2
+        seq_kernel<L, 2, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+        i += 2;
+      }
     } else if (m == 2) {
       for (; i + 3 <= tiles; i += 3)
         seq_kernel<L, 3, 2>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
