@@ -35,9 +35,12 @@ Handler add_serve(CLI::App& app) {
   auto* max_step_opt =
       app.add_option("--max-step-ms", *max_step,
                      "Step-time budget (ms): prefill chunks are sized so that a step's predicted time stays within "
-                     "it and running decodes never wait behind a long prompt; auto: 3 x the predicted time of the "
-                     "running decodes alone; 0: none")
+                     "it and running decodes never wait behind a long prompt; auto: --auto-step-factor x the "
+                     "predicted time of the running decodes alone; 0: none")
           ->capture_default_str();
+  app.add_option("--auto-step-factor", e.auto_step_factor,
+                 "With --max-step-ms auto: a step may take this many times the predicted time of its decodes alone")
+      ->capture_default_str();
   app.add_option("--max-queue-delay-s", e.max_queue_delay_s,
                  "Refuse (429) a request whose predicted time to first token, from the prompt tokens queued ahead "
                  "of it (running, and waiting of its priority or better) at the measured step speed, exceeds "

@@ -238,8 +238,9 @@ void AsyncEngine::add_requests(std::vector<EngineRequest> requests, std::vector<
     if (impl_->max_queue_delay_s > 0 && st.step_cost_ready && ahead > 0) {
       const StepCostModel model = StepCostModel::fixed(st.step_cost_c_step, st.step_cost_c_token, st.step_cost_c_attn);
       const SchedulerLimits& l = impl_->limits;
-      const double ttft = predict_prefill_seconds(model, l.max_step_seconds, l.max_num_batched_tokens,
-                                                  l.min_prefill_chunk, ahead + prompt_tokens, st.num_running_decodes);
+      const double ttft =
+          predict_prefill_seconds(model, l.max_step_seconds, l.auto_step_factor, l.max_num_batched_tokens,
+                                  l.min_prefill_chunk, ahead + prompt_tokens, st.num_running_decodes);
       if (ttft > impl_->max_queue_delay_s) {
         char msg[256];
         std::snprintf(msg, sizeof msg,

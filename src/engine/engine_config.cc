@@ -36,6 +36,9 @@ void EngineConfig::validate() const {
   if (!(max_step_ms == kAutoMaxStepMs || (max_step_ms >= 0 && max_step_ms <= 3.6e6))) {  // NaN fails too
     throw Error("--max-step-ms must be auto or in [0, 3600000] milliseconds, got " + std::to_string(max_step_ms));
   }
+  if (!(auto_step_factor > 1 && auto_step_factor <= 100)) {
+    throw Error("--auto-step-factor must be in (1, 100], got " + std::to_string(auto_step_factor));
+  }
   if (!(max_queue_delay_s >= 0 && max_queue_delay_s <= 86400)) {
     throw Error("--max-queue-delay-s must be in [0, 86400] seconds, got " + std::to_string(max_queue_delay_s));
   }

@@ -31,6 +31,9 @@ struct EngineConfig {
   // step_budget_seconds; serve's default). --target-itl-ms T sets it to 0.9 T.
   static constexpr double kAutoMaxStepMs = -1;
   double max_step_ms = 0;
+  // --auto-step-factor F: with max_step_ms auto, a step may take F x the predicted time of its
+  // decodes alone (sched/step_cost_model.h, kAutoStepFactor); in (1, 100].
+  double auto_step_factor = kAutoStepFactor;
   // --max-queue-delay-s: a request whose predicted time to first token (the prompt tokens queued
   // ahead of it and its own, at the step cost model's speed) exceeds it gets QueueFull (HTTP
   // 429) at once instead of waiting; 0: off.
@@ -65,7 +68,7 @@ struct EngineConfig {
   // The scheduler's view of this configuration.
   // The step's first prefill chunk gets at least one KV block of tokens.
   SchedulerLimits scheduler_limits() const {
-    return SchedulerLimits{max_num_seqs, max_num_batched_tokens, max_step_ms / 1000.0, block_size};
+    return SchedulerLimits{max_num_seqs, max_num_batched_tokens, max_step_ms / 1000.0, block_size, auto_step_factor};
   }
 };
 

@@ -229,7 +229,8 @@ SchedulerOutput Scheduler::schedule() {
   // Decodes first, always: their tokens come off the token budget before any prefill chunk.
   budget.decode_tokens = std::min(num_decodes, budget.tokens);
   budget.tokens -= budget.decode_tokens;
-  budget.seconds = step_budget_seconds(cost_model_, limits_.max_step_seconds, num_decodes, budget.used);
+  budget.seconds =
+      step_budget_seconds(cost_model_, limits_.max_step_seconds, limits_.auto_step_factor, num_decodes, budget.used);
   budget.timed = budget.seconds > 0;
   last_step_budget_seconds_ = budget.seconds;
   if (schedule_running(out, budget)) schedule_waiting(out, budget);

@@ -45,10 +45,11 @@ namespace pagellm {
 // A view of EngineConfig (engine/engine_config.h: scheduler_limits()), where the defaults and
 // checks live; no defaults here.
 struct SchedulerLimits {
-  int32_t max_num_seqs = 0;            // requests running at once
-  int64_t max_num_batched_tokens = 0;  // tokens per step
-  double max_step_seconds = 0;         // step-time budget, seconds; 0: none (tokens only); < 0: auto
-  int64_t min_prefill_chunk = 1;       // tokens the step's first prefill chunk always gets
+  int32_t max_num_seqs = 0;                   // requests running at once
+  int64_t max_num_batched_tokens = 0;         // tokens per step
+  double max_step_seconds = 0;                // step-time budget, seconds; 0: none (tokens only); < 0: auto
+  int64_t min_prefill_chunk = 1;              // tokens the step's first prefill chunk always gets
+  double auto_step_factor = kAutoStepFactor;  // auto: this x the decodes' predicted time
 };
 
 struct ScheduledRequest {

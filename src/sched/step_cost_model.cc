@@ -111,18 +111,20 @@ void StepCostModel::refit() {
   c_ = best_c;
 }
 
-double step_budget_seconds(const StepCostModel& model, double max_step_seconds, int64_t num_decodes,
+double step_budget_seconds(const StepCostModel& model, double max_step_seconds, double auto_factor, int64_t num_decodes,
                            const StepFeatures& decodes) {
   if (!model.ready() || max_step_seconds == 0) return 0;
   if (max_step_seconds > 0) return max_step_seconds;
-  return num_decodes > 0 ? kAutoStepFactor * model.predict(decodes) : 0;
+  return num_decodes > 0 ? auto_factor * model.predict(decodes) : 0;
 }
 
-double predict_prefill_seconds(const StepCostModel& model, double max_step_seconds, int64_t max_num_batched_tokens,
-                               int64_t min_prefill_chunk, int64_t num_prefill_tokens, int64_t num_decodes) {
+double predict_prefill_seconds(const StepCostModel& model, double max_step_seconds, double auto_factor,
+                               int64_t max_num_batched_tokens, int64_t min_prefill_chunk, int64_t num_prefill_tokens,
+                               int64_t num_decodes) {
   if (!model.ready() || num_prefill_tokens <= 0) return 0;
   int64_t chunk = std::max<int64_t>(1, max_num_batched_tokens - num_decodes);
-  const double budget = step_budget_seconds(model, max_step_seconds, num_decodes, StepFeatures{num_decodes, 0});
+  const double budget =
+      step_budget_seconds(model, max_step_seconds, auto_factor, num_decodes, StepFeatures{num_decodes, 0});
   if (budget > 0 && model.c_token() > 0) {
     const double left = budget - model.c_step() - model.c_token() * static_cast<double>(num_decodes);
     const double by_time = std::floor(left / model.c_token());

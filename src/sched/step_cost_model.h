@@ -77,11 +77,12 @@ class StepCostModel {
 // at most about 3x a decode-only step, whatever the model, machine and batch (a fixed budget is
 // either loose for small batches or below the decodes' own time for large ones, starving
 // prefill). With no decode running there is no ITL to protect and no time limit. 0: no time
-// limit for this step. The factor was chosen from serve sweeps (docs/benchmarks.md, issue 16):
-// 1.8 cost 20% of the output tokens/s at 16 and 64 streams; 3 keeps 88-98% of it while p99 ITL
-// stays under 2x its median.
+// limit for this step. The factor was chosen from serve sweeps (docs/benchmarks.md, "step-time
+// budget"): on the Xeon 1.8 cost 20% of the output tokens/s at 16 and 64 streams and 3 kept
+// 88-98% of it; on the EPYC Zen 5, 1.9 evened ITL out more but doubled p99 TTFT at 64 streams.
 inline constexpr double kAutoStepFactor = 3.0;
-double step_budget_seconds(const StepCostModel& model, double max_step_seconds, int64_t num_decodes,
+// auto_factor replaces kAutoStepFactor (EngineConfig::auto_step_factor, > 1).
+double step_budget_seconds(const StepCostModel& model, double max_step_seconds, double auto_factor, int64_t num_decodes,
                            const StepFeatures& decodes);
 
 // Predicted seconds until `num_prefill_tokens` queued prompt tokens are all computed, while
@@ -92,7 +93,8 @@ double step_budget_seconds(const StepCostModel& model, double max_step_seconds, 
 // decodes plus the chunk. The attention term is left out (it needs each prompt's positions). For
 // admission (EngineConfig::max_queue_delay_s): a request whose predicted time to first token
 // exceeds it is refused at once. 0 when the model is not ready or nothing is queued.
-double predict_prefill_seconds(const StepCostModel& model, double max_step_seconds, int64_t max_num_batched_tokens,
-                               int64_t min_prefill_chunk, int64_t num_prefill_tokens, int64_t num_decodes);
+double predict_prefill_seconds(const StepCostModel& model, double max_step_seconds, double auto_factor,
+                               int64_t max_num_batched_tokens, int64_t min_prefill_chunk, int64_t num_prefill_tokens,
+                               int64_t num_decodes);
 
 }  // namespace pagellm

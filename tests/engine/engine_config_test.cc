@@ -72,6 +72,13 @@ TEST(EngineConfig, EachCheckNamesItsFlagAndValue) {
   c.max_step_ms = std::nan("");
   EXPECT_NE(validate_error(c).find("--max-step-ms"), std::string::npos);
   c = EngineConfig{};
+  c.auto_step_factor = 1;  // a step of the decodes alone would leave prefill nothing
+  EXPECT_NE(validate_error(c).find("--auto-step-factor must be in (1, 100]"), std::string::npos);
+  c.auto_step_factor = std::nan("");
+  EXPECT_NE(validate_error(c).find("--auto-step-factor"), std::string::npos);
+  c.auto_step_factor = 1.5;
+  EXPECT_EQ(validate_error(c), "");
+  c = EngineConfig{};
   c.num_speculative_tokens = 17;
   EXPECT_EQ(validate_error(c), "--num-speculative-tokens must be in [1, 16], got 17");
   c = EngineConfig{};

@@ -168,6 +168,17 @@ TEST(StepBudget, AutoBudgetFollowsTheDecodes) {
   ASSERT_EQ(kAutoStepFactor, 3.0);
   EXPECT_EQ(grants(o), (Grants{{"a", 1}, {"b", 10}}));
   EXPECT_DOUBLE_EQ(s.last_step_budget_seconds(), 60 * kUnit);
+  // --auto-step-factor 2: budget 40, b gets (40 - 20) / 4 = 5 tokens.
+  KvCacheManager kv2(1000, 4);
+  SchedulerLimits two{8, 512, -1, 4};
+  two.auto_step_factor = 2;
+  Scheduler s2(two, kv2);
+  s2.set_cost_model(StepCostModel::fixed(16 * kUnit, 4 * kUnit, 0));
+  s2.add_request(make("a", 300, 1));
+  finish_step(s2, s2.schedule());
+  s2.add_request(make("b", 300, 2));
+  EXPECT_EQ(grants(s2.schedule()), (Grants{{"a", 1}, {"b", 5}}));
+  EXPECT_DOUBLE_EQ(s2.last_step_budget_seconds(), 40 * kUnit);
 }
 
 // A prompt with a better priority runs ahead of a decode in the running order: the decode's

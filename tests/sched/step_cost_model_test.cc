@@ -103,11 +103,12 @@ TEST(StepCostModel, IgnoresEmptyAndNonFiniteSteps) {
 TEST(StepBudgetSeconds, FixedAutoAndNone) {
   const StepCostModel m = StepCostModel::fixed(0.01, 0.002, 0);
   const StepFeatures four{4, 40};
-  EXPECT_EQ(step_budget_seconds(m, 0.25, 4, four), 0.25);
-  EXPECT_DOUBLE_EQ(step_budget_seconds(m, -1, 4, four), kAutoStepFactor * (0.01 + 4 * 0.002));
-  EXPECT_EQ(step_budget_seconds(m, -1, 0, StepFeatures{}), 0);  // no decode to protect
-  EXPECT_EQ(step_budget_seconds(m, 0, 4, four), 0);
-  EXPECT_EQ(step_budget_seconds(StepCostModel{}, 0.25, 4, four), 0);  // nothing measured yet
+  EXPECT_EQ(step_budget_seconds(m, 0.25, kAutoStepFactor, 4, four), 0.25);
+  EXPECT_DOUBLE_EQ(step_budget_seconds(m, -1, kAutoStepFactor, 4, four), kAutoStepFactor * (0.01 + 4 * 0.002));
+  EXPECT_DOUBLE_EQ(step_budget_seconds(m, -1, 1.5, 4, four), 1.5 * (0.01 + 4 * 0.002));  // --auto-step-factor
+  EXPECT_EQ(step_budget_seconds(m, -1, kAutoStepFactor, 0, StepFeatures{}), 0);          // no decode to protect
+  EXPECT_EQ(step_budget_seconds(m, 0, kAutoStepFactor, 4, four), 0);
+  EXPECT_EQ(step_budget_seconds(StepCostModel{}, 0.25, kAutoStepFactor, 4, four), 0);  // nothing measured yet
 }
 
 // Admission's estimate: steps of the chunk the scheduler would grant, each costing the decodes
@@ -116,17 +117,19 @@ TEST(PredictPrefillSeconds, StepsOfTheGrantedChunk) {
   const double u = 1.0 / 1024;
   const StepCostModel m = StepCostModel::fixed(16 * u, u, 0);
   // No budget: chunks of 64 - 4 decodes = 60 tokens; 130 tokens take 3 steps of 16 + 4 + 60.
-  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 0, 64, 4, 130, 4), 3 * 80 * u);
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 0, kAutoStepFactor, 64, 4, 130, 4), 3 * 80 * u);
   // A 56-unit budget: chunks of 56 - 16 - 4 = 36; 100 tokens take 3 steps of 56.
-  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 56 * u, 512, 4, 100, 4), 3 * 56 * u);
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 56 * u, kAutoStepFactor, 512, 4, 100, 4), 3 * 56 * u);
   // Decodes over the budget: the minimum chunk, 8 tokens a step: 4 steps of 16 + 30 + 8.
-  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 20 * u, 512, 8, 32, 30), 4 * 54 * u);
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 20 * u, kAutoStepFactor, 512, 8, 32, 30), 4 * 54 * u);
   // A queue shorter than a chunk: one step of the decodes and those tokens.
-  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 0, 512, 4, 10, 2), 28 * u);
-  EXPECT_EQ(predict_prefill_seconds(m, 0, 512, 4, 0, 2), 0);
-  EXPECT_EQ(predict_prefill_seconds(StepCostModel{}, 0, 512, 4, 100, 2), 0);  // nothing measured
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 0, kAutoStepFactor, 512, 4, 10, 2), 28 * u);
+  EXPECT_EQ(predict_prefill_seconds(m, 0, kAutoStepFactor, 512, 4, 0, 2), 0);
+  EXPECT_EQ(predict_prefill_seconds(StepCostModel{}, 0, kAutoStepFactor, 512, 4, 100, 2), 0);  // nothing measured
   // Auto: 2 decodes take 18 units, budget 3 x 18 = 54: chunks of 36; 72 tokens, 2 steps of 54.
-  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, 512, 4, 72, 2), 2 * 54 * u);
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, kAutoStepFactor, 512, 4, 72, 2), 2 * 54 * u);
+  // Factor 2: budget 36, chunks of 18; 72 tokens, 4 steps of 36.
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, 2.0, 512, 4, 72, 2), 4 * 36 * u);
 }
 
 }  // namespace
