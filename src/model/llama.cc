@@ -28,7 +28,7 @@ kc::WeightView LlamaModel::bind(const GgufFile& f, const std::string& name, int6
   kc::WeightView view{t.type, rows, cols, t.data};
   view.isa = isa_;
   if (!for_matmul || !kc::repack_pays(view)) return view;
-  repacked_.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[t.size_bytes]));
+  repacked_.push_back(allocate_huge_page_buffer(t.size_bytes));
   const kc::WeightView packed = kc::repack_weight(view, repacked_.back().get(), pool_);
   f.drop_pages(t.data, t.size_bytes);
   return packed;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "format/gguf.h"
 #include "kernels/cpu/ops.h"
@@ -97,7 +98,7 @@ class LlamaModel {
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
   int64_t weight_bytes_ = 0;
-  std::vector<std::unique_ptr<uint8_t[]>> repacked_;  // storage of repacked weights
+  std::vector<HugePageBuffer> repacked_;  // storage of repacked weights (huge pages: core/huge_pages.h)
 
   // Scratch, resized per call: [num_tokens, *] f32.
   const float* rope_freqs_ = nullptr;  // rope_freqs: [rope_dim / 2]
