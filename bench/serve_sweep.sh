@@ -21,8 +21,10 @@
 #       [--llama-server PATH] [--request-rate "R ..."] [--rate-prompts 64]
 #
 # Each level sends max(prompts-per-level * C, min-prompts) requests of input-len random words and
-# output-len tokens (ignore_eos). All traffic goes to 127.0.0.1. Every run is bounded by
-# --run-timeout seconds (a run that times out is reported as such, the sweep goes on).
+# output-len tokens (ignore_eos); each run draws its prompts from a seed of its own (1, 2, ... in
+# run order), so no run finds an earlier run's prompts in a server's prefix cache. All traffic
+# goes to 127.0.0.1. Every run is bounded by --run-timeout seconds (a run that times out is
+# reported as such, the sweep goes on).
 set -euo pipefail
 
 model=""
@@ -128,12 +130,14 @@ run_rate() {
     --num-prompts "$rate_prompts" --request-rate "$2"
 }
 # $1 label, $2 load (concurrency or rate=R), $3 max-num-seqs, $4 json path, $5 log text, rest: bench args.
+run_seed=0
 run_bench() {
   local label="$1" load="$2" seqs="$3" out="$4"
+  run_seed=$(( run_seed + 1 ))
   echo "[$(date +%T)] $label: $5" >&2
   shift 5
   if timeout "$run_timeout" "$bin" bench serve --base-url "http://127.0.0.1:$port" "$@" \
-      --input-len "$input_len" --output-len "$output_len" --seed 1 --json --no-progress >"$out"; then
+      --input-len "$input_len" --output-len "$output_len" --seed "$run_seed" --json --no-progress >"$out"; then
     rows+=("$label $load $seqs $out")
   else
     rows+=("$label $load $seqs TIMEOUT")
