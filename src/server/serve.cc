@@ -243,7 +243,9 @@ int run_serve(const ServeOptions& o) {
     std::snprintf(ms, sizeof ms, "%g", ec.max_step_ms);
     log(std::string("step-time budget: ") + ms + " ms (prefill chunks sized by the fitted step cost)");
   } else if (ec.max_step_ms < 0) {
-    log("step-time budget: auto (3 x the predicted time of the running decodes alone)");
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%g", ec.auto_step_factor);
+    log(std::string("step-time budget: auto (") + factor + " x the predicted time of the running decodes alone)");
   } else {
     log("step-time budget: none (--max-num-batched-tokens alone sizes prefill chunks)");
   }

@@ -126,8 +126,8 @@ TEST(PredictPrefillSeconds, StepsOfTheGrantedChunk) {
   EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, 0, kAutoStepFactor, 512, 4, 10, 2), 28 * u);
   EXPECT_EQ(predict_prefill_seconds(m, 0, kAutoStepFactor, 512, 4, 0, 2), 0);
   EXPECT_EQ(predict_prefill_seconds(StepCostModel{}, 0, kAutoStepFactor, 512, 4, 100, 2), 0);  // nothing measured
-  // Auto: 2 decodes take 18 units, budget 3 x 18 = 54: chunks of 36; 72 tokens, 2 steps of 54.
-  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, kAutoStepFactor, 512, 4, 72, 2), 2 * 54 * u);
+  // Auto, factor 3: 2 decodes take 18 units, budget 3 x 18 = 54: chunks of 36; 72 tokens, 2 steps of 54.
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, 3.0, 512, 4, 72, 2), 2 * 54 * u);
   // Factor 2: budget 36, chunks of 18; 72 tokens, 4 steps of 36.
   EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, 2.0, 512, 4, 72, 2), 4 * 36 * u);
 }
