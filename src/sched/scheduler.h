@@ -43,7 +43,7 @@
 namespace pagellm {
 
 // A view of EngineConfig (engine/engine_config.h: scheduler_limits()), where the defaults and
-// checks live; no defaults here.
+// checks live; the initialisers here only serve tests that build limits directly.
 struct SchedulerLimits {
   int32_t max_num_seqs = 0;                   // requests running at once
   int64_t max_num_batched_tokens = 0;         // tokens per step

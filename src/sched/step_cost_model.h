@@ -79,9 +79,9 @@ class StepCostModel {
 // starving prefill). With no decode running there is no ITL to protect and no time limit. 0: no
 // time limit for this step. Below 2, so that p99 ITL can stay under 2x the median step even
 // where most steps are decode-only. Chosen from serve sweeps (docs/benchmarks.md, "step-time
-// budget"): on the EPYC Zen 5, 1.9 against 3 took p99 ITL from 1.6-4.4x its median to
+// budget"): on the EPYC Zen 5, 1.9 against 3 took p99 ITL from 1.6-3.4x its median to
 // 1.2-1.3x at 16 and 64 streams and near saturation, at equal output tokens/s except -15% at 16
-// streams; on the AVX2-only EPYC, 1.8 cost 10-20% of the output tokens/s against 3.
+// streams; on the AVX2-only EPYC, 1.8 cost 10-17% of the output tokens/s against 3.
 inline constexpr double kAutoStepFactor = 1.9;
 // auto_factor replaces kAutoStepFactor (EngineConfig::auto_step_factor, > 1).
 double step_budget_seconds(const StepCostModel& model, double max_step_seconds, double auto_factor, int64_t num_decodes,
