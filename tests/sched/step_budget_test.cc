@@ -152,34 +152,25 @@ TEST(StepBudget, AttentionCostShrinksLaterChunks) {
 }
 
 // The automatic budget (max_step_seconds < 0): auto_step_factor x the decodes' own step while
-// decodes run, no time limit while none does.
+// decodes run, no time limit while none does. a decodes: 16 + 4 = 20 units alone; b, the prompt
+// beside it, gets (factor x 20 - 20) / 4 tokens.
 TEST(StepBudget, AutoBudgetFollowsTheDecodes) {
-  KvCacheManager kv(1000, 4);
-  SchedulerLimits three{8, 512, -1, 4};
-  three.auto_step_factor = 3;
-  Scheduler s(three, kv);
-  s.set_cost_model(StepCostModel::fixed(16 * kUnit, 4 * kUnit, 0));
-  s.add_request(make("a", 300, 1));
-  auto o = s.schedule();
-  EXPECT_EQ(grants(o), (Grants{{"a", 300}}));  // nothing decoding: the token budget alone
-  EXPECT_EQ(s.last_step_budget_seconds(), 0);
-  finish_step(s, o);
-  s.add_request(make("b", 300, 2));
-  o = s.schedule();
-  // a decodes: 16 + 4 = 20 units alone, budget 3 x 20 = 60, so b gets (60 - 20) / 4 = 10 tokens.
-  EXPECT_EQ(grants(o), (Grants{{"a", 1}, {"b", 10}}));
-  EXPECT_DOUBLE_EQ(s.last_step_budget_seconds(), 60 * kUnit);
-  // --auto-step-factor 2: budget 40, b gets (40 - 20) / 4 = 5 tokens.
-  KvCacheManager kv2(1000, 4);
-  SchedulerLimits two{8, 512, -1, 4};
-  two.auto_step_factor = 2;
-  Scheduler s2(two, kv2);
-  s2.set_cost_model(StepCostModel::fixed(16 * kUnit, 4 * kUnit, 0));
-  s2.add_request(make("a", 300, 1));
-  finish_step(s2, s2.schedule());
-  s2.add_request(make("b", 300, 2));
-  EXPECT_EQ(grants(s2.schedule()), (Grants{{"a", 1}, {"b", 5}}));
-  EXPECT_DOUBLE_EQ(s2.last_step_budget_seconds(), 40 * kUnit);
+  for (const auto& [factor, b_tokens] : {std::pair{3.0, int64_t{10}}, std::pair{2.0, int64_t{5}}}) {
+    KvCacheManager kv(1000, 4);
+    SchedulerLimits limits{8, 512, -1, 4};
+    limits.auto_step_factor = factor;
+    Scheduler s(limits, kv);
+    s.set_cost_model(StepCostModel::fixed(16 * kUnit, 4 * kUnit, 0));
+    s.add_request(make("a", 300, 1));
+    auto o = s.schedule();
+    EXPECT_EQ(grants(o), (Grants{{"a", 300}}));  // nothing decoding: the token budget alone
+    EXPECT_EQ(s.last_step_budget_seconds(), 0);
+    finish_step(s, o);
+    s.add_request(make("b", 300, 2));
+    o = s.schedule();
+    EXPECT_EQ(grants(o), (Grants{{"a", 1}, {"b", b_tokens}})) << factor;
+    EXPECT_DOUBLE_EQ(s.last_step_budget_seconds(), factor * 20 * kUnit);
+  }
 }
 
 // A prompt with a better priority runs ahead of a decode in the running order: the decode's
