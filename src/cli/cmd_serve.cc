@@ -38,9 +38,10 @@ Handler add_serve(CLI::App& app) {
                      "it and running decodes never wait behind a long prompt; auto: --auto-step-factor x the "
                      "predicted time of the running decodes alone; 0: none")
           ->capture_default_str();
-  app.add_option("--auto-step-factor", e.auto_step_factor,
-                 "With --max-step-ms auto: a step may take this many times the predicted time of its decodes alone")
-      ->capture_default_str();
+  auto* factor_opt =
+      app.add_option("--auto-step-factor", e.auto_step_factor,
+                     "With --max-step-ms auto: a step may take this many times the predicted time of its decodes alone")
+          ->capture_default_str();
   app.add_option("--max-queue-delay-s", e.max_queue_delay_s,
                  "Refuse (429) a request whose predicted time to first token, from the prompt tokens queued ahead "
                  "of it (running, and waiting of its priority or better) at the measured step speed, exceeds "
@@ -90,7 +91,7 @@ Handler add_serve(CLI::App& app) {
   app.add_option("--drain-timeout", o->drain_timeout_seconds,
                  "Seconds to let running requests finish after SIGINT/SIGTERM")
       ->capture_default_str();
-  return [o, kv_dtype, kv_cache_memory, target_itl, max_step] {
+  return [o, kv_dtype, kv_cache_memory, target_itl, max_step, factor_opt] {
     EngineConfig& e = o->engine;
     if (*max_step == "auto") {
       e.max_step_ms = EngineConfig::kAutoMaxStepMs;
@@ -106,6 +107,11 @@ Handler add_serve(CLI::App& app) {
       }
     }
     if (*target_itl > 0) e.max_step_ms = 0.9 * *target_itl;  // headroom for the model's error
+    if (factor_opt->count() > 0 && e.max_step_ms != EngineConfig::kAutoMaxStepMs) {
+      throw Error(
+          "--auto-step-factor applies only with --max-step-ms auto, not with a fixed budget (--max-step-ms "
+          "MS, --target-itl-ms MS) or none");
+    }
     if (e.model_path.empty()) e.model_path = default_model_path();
     if (o->api_key.empty()) {
       if (const char* key = std::getenv("PAGELLM_API_KEY")) o->api_key = key;

@@ -184,6 +184,17 @@ TEST(ServeCli, StepTimeBudgetFlags) {
     EXPECT_NE(c.wait_exit(30), 0) << c.err();
     EXPECT_NE(c.err().find("excludes"), std::string::npos) << c.err();
   }
+  {  // a factor that would be silently ignored is refused
+    Child c({"serve", "--port", "0", "--threads", "1", "--max-step-ms", "10", "--auto-step-factor", "3"});
+    EXPECT_NE(c.wait_exit(30), 0) << c.err();
+    EXPECT_NE(c.err().find("--auto-step-factor applies only with --max-step-ms auto"), std::string::npos) << c.err();
+  }
+  {
+    Child c({"serve", "--port", "0", "--threads", "1", "--auto-step-factor", "3"});
+    EXPECT_TRUE(c.read_until("step-time budget: auto (3 x", 30)) << c.err();
+    kill(c.pid(), SIGTERM);
+    EXPECT_EQ(c.wait_exit(30), 0) << c.err();
+  }
   {
     Child c({"serve", "--port", "0", "--threads", "1", "--max-step-ms", "-5"});
     EXPECT_NE(c.wait_exit(30), 0) << c.err();
