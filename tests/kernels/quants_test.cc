@@ -171,5 +171,34 @@ TEST(Quants, Q8_0ActivationsVectorEqualsScalar) {
   }
 }
 
+// The vectorised q8_K quantizer (K-quant activations, AVX2 and up) equals quantize_row_q8_K bit
+// for bit: random super-blocks of several ranges, an all-zero one, one whose largest magnitude
+// appears twice with both signs (the first wins), one of exact .5 ties, and one holding a NaN.
+TEST(Quants, Q8KActivationsVectorEqualsScalar) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: the vectorised quantizer is never used";
+  Rng rng(19);
+  constexpr int kBlocks = 7;
+  for (float range : {1e-3f, 1.0f, 300.0f}) {
+    std::vector<float> x = rng.vec(256 * kBlocks, -range, range);
+    std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // block 1: zero
+    x[512 + 40] = 2 * range;                            // block 2: +max first, then -max
+    x[512 + 200] = -2 * range;
+    // Block 3: vmax = -127/16, so iscale = 16 and iscale * x = j - 127.5 exactly: every value a tie.
+    for (int j = 0; j < 255; ++j) x[768 + j] = (j - 127.5f) / 16.0f;
+    x[768 + 255] = -127.0f / 16.0f;
+    x[1024 + 7] = NAN;  // block 4
+    std::vector<BlockQ8_K> want(kBlocks), got(kBlocks);
+    quantize_row_q8_K(x.data(), static_cast<int64_t>(x.size()), want.data());
+    avx2::quantize_q8_K_activations(x.data(), static_cast<int64_t>(x.size()), got.data());
+    for (int b = 0; b < kBlocks; ++b) {
+      ASSERT_EQ(std::memcmp(&want[b].d, &got[b].d, 4), 0) << "block " << b << " range " << range;
+      ASSERT_EQ(std::memcmp(want[b].qs, got[b].qs, 256), 0) << "block " << b << " range " << range;
+      ASSERT_EQ(std::memcmp(want[b].bsums, got[b].bsums, 32), 0) << "block " << b << " range " << range;
+    }
+    EXPECT_EQ(want[2].qs[40], -127);
+    EXPECT_EQ(want[4].qs[7], 127);
+  }
+}
+
 }  // namespace
 }  // namespace pagellm::kernels

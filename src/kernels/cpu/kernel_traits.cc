@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
+#include "core/error.h"
 #include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/kernels_kq.h"
@@ -209,7 +211,13 @@ constexpr KernelTraits quant_row() {
 // ---- Q4_1 .. IQ4_XS: the unpacked-block arithmetic (quant_unpack.h) ----------------------------
 int64_t q8k_row_bytes(int64_t cols) { return cols / kQK_K * static_cast<int64_t>(sizeof(BlockQ8_K)); }
 
-void q8k_from_float(Isa, const float* x, int64_t cols, void* out) { quantize_row_q8_K(x, cols, out); }
+void q8k_from_float(Isa isa, const float* x, int64_t cols, void* out) {
+  if (isa >= Isa::kAvx2) {
+    PAGELLM_CHECK(cols % kQK_K == 0, "q8_K row of " + std::to_string(cols));
+    return avx2::quantize_q8_K_activations(x, cols, static_cast<BlockQ8_K*>(out));
+  }
+  quantize_row_q8_K(x, cols, out);
+}
 
 // The oracle's columns of the row (kq_row adds the tiles).
 template <GgmlType T>

@@ -71,6 +71,8 @@ void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t
 
 // As quantize_row_q8_0_activations (ops.h), bit-identical; n % 32 == 0 (quants_avx2.cc).
 void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y);
+// As quantize_row_q8_K (ops.h), bit-identical; n % 256 == 0 (quants_avx2.cc).
+void quantize_q8_K_activations(const float* x, int64_t n, BlockQ8_K* y);
 
 // Attention helpers. v rows are f32 or f16.
 // acc[i] += a * v[i], i in [0, n), one fused multiply-add per element.

@@ -1,6 +1,9 @@
-// The q8_0 activation quantizer on AVX2 (compiled with -mavx2 -mfma -mf16c; entered only when the
+// The q8_0 and q8_K activation quantizers on AVX2 (compiled with -mavx2 -mfma -mf16c; entered only when the
 // caller's isa >= kAvx2).
 #include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/kernels_impl.h"
 
@@ -31,6 +34,53 @@ void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y) {
     const __m256i p = _mm256_packs_epi16(p01, p23);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), _mm256_permutevar8x32_epi32(p, order));
+  }
+}
+
+// As quantize_row_q8_K (bit-identical, NaN included): amax = max |x| (a NaN is skipped by both),
+// vmax = the first element with |x| == amax, q = min(127, round_half_even(iscale * x)) (cvtps2dq
+// in the default MXCSR mode; a NaN gives 127 as std::min(127, NaN) does), bsums by sum of absolute
+// differences on q ^ 0x80 (= q + 128) minus 16 * 128.
+void quantize_q8_K_activations(const float* x, int64_t n, BlockQ8_K* y) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float* xb = x + b * kQK_K;
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < kQK_K; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    if (amax == 0.0f) {
+      std::memset(&y[b], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    int j = 0;
+    while (std::fabs(xb[j]) != amax) ++j;
+    const float iscale = -127.0f / xb[j];
+    const __m256 vs = _mm256_set1_ps(iscale);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i max127 = _mm256_set1_epi32(127);
+    for (int i = 0; i < kQK_K; i += 32) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_loadu_ps(xb + i + 8 * k);
+        const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(v, vs));
+        q[k] = _mm256_blendv_epi8(_mm256_min_epi32(r, max127), max127,
+                                  _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+      }
+      const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      const __m256i qs = _mm256_permutevar8x32_epi32(p, order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + i), qs);
+      // 4 sums of 8 (q + 128) -> the 2 bsums of these 32 quants.
+      const __m256i sad =
+          _mm256_sad_epu8(_mm256_xor_si256(qs, _mm256_set1_epi8(static_cast<char>(0x80))), _mm256_setzero_si256());
+      alignas(32) int64_t s[4];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s), sad);
+      y[b].bsums[i / 16] = static_cast<int16_t>(s[0] + s[1] - 16 * 128);
+      y[b].bsums[i / 16 + 1] = static_cast<int16_t>(s[2] + s[3] - 16 * 128);
+    }
+    y[b].d = 1.0f / iscale;
   }
 }
 
