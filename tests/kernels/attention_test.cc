@@ -328,6 +328,48 @@ TEST(Attention, QkTileEqualsPerKeyDot) {
   }
 }
 
+// exp_f32 against double exp over the range softmax feeds it (x <= 0) and a little above: within
+// 2 ulp of the correctly rounded result (Cephes' expf claims about 1); the edges exactly.
+TEST(ExpF32, WithinTwoUlpOfDoubleExpAndExactAtTheEdges) {
+  float worst = 0.0f;
+  for (float x = ref::kExpMin; x <= 10.0f; x = std::nextafter(x, 11.0f) + 1e-4f * std::fabs(x)) {
+    const float got = ref::exp_f32(x);
+    const auto want = static_cast<float>(std::exp(static_cast<double>(x)));
+    const float ulp = std::nextafter(want, INFINITY) - want;
+    worst = std::max(worst, std::fabs(got - want) / ulp);
+  }
+  EXPECT_LE(worst, 2.0f);
+  EXPECT_EQ(ref::exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(ref::exp_f32(-INFINITY), 0.0f);
+  EXPECT_EQ(ref::exp_f32(-100.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(ref::exp_f32(NAN)));
+  EXPECT_GT(ref::exp_f32(88.0f), 1e38f);
+}
+
+// avx2::softmax_tile gives ref::softmax_tile's bits (probabilities, max, sum) for tiles of every
+// length 1..70 (8-lane tails), scores spread so that some underflow to 0, and a running max
+// above, inside and below the tile's.
+TEST(SoftmaxTile, Avx2MatchesRefBitForBit) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  Rng rng(11);
+  for (int64_t n = 1; n <= 70; ++n) {
+    for (float m_in : {-INFINITY, 0.0f, 50.0f}) {
+      std::vector<float> a = rng.vec(n, -60.0f, 40.0f);
+      if (n > 3) a[2] = -200.0f;  // underflows
+      std::vector<float> b = a;
+      double sa = -1, sb = -2;
+      const float ma = ref::softmax_tile(a.data(), n, m_in, &sa);
+      const float mb = avx2::softmax_tile(b.data(), n, m_in, &sb);
+      ASSERT_EQ(ma, mb) << n;
+      ASSERT_EQ(std::memcmp(&sa, &sb, sizeof sa), 0) << n << " " << sa << " " << sb;
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), n * 4), 0) << n;
+      double want = 0;  // the sum is the sum of what was stored
+      for (float p : a) want += p;
+      ASSERT_NEAR(sa, want, 1e-12 * std::max(1.0, want)) << n;
+    }
+  }
+}
+
 TEST(WriteKv, F16IsRoundToNearestEvenAndSlotsAreExact) {
   Rng rng(5);
   const int64_t nkv = 2, hd = 37, row = nkv * hd, num_slots = 12;

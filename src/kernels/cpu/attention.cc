@@ -4,6 +4,8 @@
 //   for each tile of kKeyTile keys j (positions j0 .. j0 + kKeyTile - 1, clipped to [0, pos]):
 //     s_j = (q . k_j) * scale;  m' = max(m, max_j s_j);  c = exp(m - m')  (0 on the first tile)
 //     p_j = exp(s_j - m');  l = l * c + sum_j p_j  (double);  acc = acc * c + sum_j p_j v_j
+//   (exp is ref::exp_f32 and sum_j a fixed 8-lane tree, ref::softmax_tile, so that the AVX2 path
+//   gives the same bits)
 //   out = acc * (float)(1 / l).
 // Memory per (token, head) is one tile of scores and head_dim accumulators, whatever the context;
 // the tile boundaries are key positions, so the result does not depend on the batch, the chunking
@@ -117,6 +119,29 @@ struct OnlineSoftmax {
   double l = 0.0;                                     // sum of exp(s_j - m) so far
 };
 
+// The softmax half of a tile of n keys: scores[0, n) (scaled q . k) are overwritten by
+// p_j = exp(s_j - m'), st moves to the tile's end. Returns c = exp(m - m'), the factor of the
+// accumulators (unused on the first tile).
+template <bool kSimd>
+float tile_softmax(float* scores, int64_t n, bool first, OnlineSoftmax& st) {
+  double sum = 0.0;
+  const float m = kSimd ? avx2::softmax_tile(scores, n, st.m, &sum) : ref::softmax_tile(scores, n, st.m, &sum);
+  const float c = first ? 0.0f : ref::exp_f32(st.m - m);
+  st.l = first ? sum : st.l * static_cast<double>(c) + sum;
+  st.m = m;
+  return c;
+}
+
+// After a tile that is not the first: out = out * c + pv, pv = sum_j p_j v_j of the tile.
+template <bool kSimd>
+void tile_merge(float* out, float c, const float* pv, int64_t hd) {
+  if constexpr (kSimd) {
+    avx2::rescale_add(out, c, pv, hd);
+  } else {
+    for (int64_t i = 0; i < hd; ++i) out[i] = std::fma(out[i], c, pv[i]);
+  }
+}
+
 // One tile: keys [j0, j1) with their scaled scores in scores[0, j1 - j0) (overwritten by
 // p_j = exp(s_j - m')). tmp: [head_dim] scratch.
 template <bool kSimd>
@@ -125,17 +150,8 @@ void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets
   const int64_t hd = kv.head_dim;
   const bool f16 = kv.dtype == GgmlType::F16;
   const int64_t n = j1 - j0;
-  float m = st.m;
-  for (int64_t j = 0; j < n; ++j) m = std::fmax(m, scores[j]);
-  double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - m);
-    sum += static_cast<double>(scores[j]);
-  }
   const bool first = j0 == p.first;
-  const float c = first ? 0.0f : std::exp(st.m - m);
-  st.l = first ? sum : st.l * static_cast<double>(c) + sum;
-  st.m = m;
+  const float c = tile_softmax<kSimd>(scores, n, first, st);
   float* pv = first ? p.out : tmp;  // sum_j p_j v_j of this tile
   if constexpr (kSimd) {
     if (f16) {
@@ -154,9 +170,7 @@ void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets
       }
     }
   }
-  if (!first) {
-    for (int64_t i = 0; i < hd; ++i) p.out[i] = std::fma(p.out[i], c, tmp[i]);
-  }
+  if (!first) tile_merge<kSimd>(p.out, c, tmp, hd);
 }
 
 // out = acc / l.
@@ -302,6 +316,22 @@ void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch
     attention_impl<false>(q, kv, batch, num_heads, scale, out, pool, ws);
   }
 }
+
+namespace ref {
+
+float softmax_tile(float* s, int64_t n, float m_in, double* sum) {
+  float m = m_in;
+  for (int64_t j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
+  double lane[8] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = exp_f32(s[j] - m);
+    lane[j % 8] += static_cast<double>(s[j]);
+  }
+  *sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  return m;
+}
+
+}  // namespace ref
 
 void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
                          float scale, float* out) {

@@ -123,6 +123,71 @@ void pv_accumulate_f16(const uint16_t* v, const int64_t* off, int64_t n, const f
   pv(v, off, n, a, hd, out);
 }
 
+namespace {
+
+// ref::exp_f32 on 8 lanes, the same operations in the same order.
+inline __m256 exp8(__m256 x) {
+  const __m256 round = _mm256_set1_ps(ref::kExpRound);
+  const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(ref::kExpLog2e), round), round);
+  const __m256 r =
+      _mm256_fmadd_ps(n, _mm256_set1_ps(-ref::kExpLn2Lo), _mm256_fmadd_ps(n, _mm256_set1_ps(-ref::kExpLn2Hi), x));
+  __m256 p = _mm256_set1_ps(ref::kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ref::kExpP[i]));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 v = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  // x < kExpMin (and -inf) -> 0; NaN fails the ordered compare and stays NaN.
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(ref::kExpMin), _CMP_LT_OQ), v);
+}
+
+}  // namespace
+
+float softmax_tile(float* s, int64_t n, float m_in, double* sum) {
+  __m256 mv = _mm256_set1_ps(m_in);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(_mm256_loadu_ps(s + j), mv);  // s > m ? s : m
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mv);
+  float m = m_in;
+  for (float l : lanes) m = l > m ? l : m;
+  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
+  const __m256 mb = _mm256_set1_ps(m);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();  // lanes 0-3, 4-7
+  j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mb));
+    _mm256_storeu_ps(s + j, p);
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+  }
+  if (j < n) {  // the tail, padded with zeros (adding +0.0 to a sum of non-negative terms is exact)
+    float t[8] = {};
+    for (int64_t i = j; i < n; ++i) t[i - j] = s[i];
+    const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), mb));
+    _mm256_storeu_ps(t, p);
+    for (int64_t i = j; i < n; ++i) s[i] = t[i - j];
+    const __m256 pz = _mm256_loadu_ps(t);
+    const __m256 keep = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    const __m256 pm = _mm256_and_ps(pz, keep);
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(pm)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(pm, 1)));
+  }
+  const __m256d c = _mm256_add_pd(lo, hi);  // l0 + l4, l1 + l5, l2 + l6, l3 + l7
+  const __m128d d = _mm_add_pd(_mm256_castpd256_pd128(c), _mm256_extractf128_pd(c, 1));
+  *sum = _mm_cvtsd_f64(d) + _mm_cvtsd_f64(_mm_unpackhi_pd(d, d));
+  return m;
+}
+
+void rescale_add(float* acc, float c, const float* x, int64_t n) {
+  const __m256 vc = _mm256_set1_ps(c);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(acc + i), vc, _mm256_loadu_ps(x + i)));
+  }
+  for (; i < n; ++i) acc[i] = std::fma(acc[i], c, x[i]);
+}
+
 void convert_f32_to_f16(const float* x, uint16_t* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

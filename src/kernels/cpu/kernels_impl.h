@@ -7,7 +7,9 @@
 // instruction sequence; none depends on neighbouring rows, tokens or threads.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -35,6 +37,38 @@ float dot_bf16_seq(const uint16_t* w, int64_t w_stride, const float* x, int64_t 
 // (q8_0 blocks for 32-element formats, q8_K for super-blocks).
 template <GgmlType T>
 float dot_unpacked(const void* w, const void* xa, int64_t cols);
+
+// e^x in f32 by a fixed sequence that avx2::softmax_tile repeats lane by lane (same bits on every
+// ISA): n = round(x log2 e) (the 1.5 * 2^23 rounding trick), r = x - n ln2 in two parts,
+// e^r = 1 + r + r^2 P(r) with Cephes' expf minimax P of degree 5 (S. Moshier, Cephes Math
+// Library, expf.c; about 1 ulp on |r| <= ln2 / 2), times 2^n by building its exponent bits.
+// 0 for x < kExpMin (the smallest normal result) and for -inf; NaN for NaN; valid for x <= 88.
+constexpr float kExpMin = -87.33654f;
+constexpr float kExpLog2e = 1.44269504088896341f;
+constexpr float kExpRound = 12582912.0f;  // 1.5 * 2^23
+constexpr float kExpLn2Hi = 0.693359375f;
+constexpr float kExpLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+inline float exp_f32(float x) {
+  if (std::isnan(x)) return x;
+  if (x < kExpMin) return 0.0f;
+  const float n = std::fma(x, kExpLog2e, kExpRound) - kExpRound;
+  const float r = std::fma(n, -kExpLn2Lo, std::fma(n, -kExpLn2Hi, x));
+  float p = kExpP[0];
+  for (int i = 1; i < 6; ++i) p = std::fma(p, r, kExpP[i]);
+  const float y = std::fma(p, r * r, r) + 1.0f;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return y * scale;
+}
+
+// One online-softmax tile of attention (attention.cc): m = max(m_in, s[0 .. n)) (a score
+// s[j] replaces m when s[j] > m), then s[j] = exp_f32(s[j] - m) and *sum = their sum in double,
+// key j into lane j % 8 and the lanes added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+// Returns m. s: [n] f32 scores, n >= 1.
+float softmax_tile(float* s, int64_t n, float m_in, double* sum);
 }  // namespace ref
 
 namespace avx2 {
@@ -82,6 +116,10 @@ void axpy_f16(float a, const uint16_t* v, float* acc, int64_t n);
 // followed by axpy_*(a[j], v + off[j], out, hd) for each j (off in elements).
 void pv_accumulate_f32(const float* v, const int64_t* off, int64_t n, const float* a, int64_t hd, float* out);
 void pv_accumulate_f16(const uint16_t* v, const int64_t* off, int64_t n, const float* a, int64_t hd, float* out);
+// ref::softmax_tile, bit for bit (attention_avx2.cc).
+float softmax_tile(float* s, int64_t n, float m_in, double* sum);
+// acc[i] = fma(acc[i], c, x[i]) for i in [0, n): the online-softmax rescale.
+void rescale_add(float* acc, float c, const float* x, int64_t n);
 // out[i] = half(x[i]), round to nearest even (bit-identical to fp32_to_fp16).
 void convert_f32_to_f16(const float* x, uint16_t* out, int64_t n);
 
