@@ -173,6 +173,22 @@ void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets
   if (!first) tile_merge<kSimd>(p.out, c, tmp, hd);
 }
 
+// Two query heads p0, p1 of one kv head, one tile, F32 cache, AVX-512: online_tile for each, the
+// loads of V shared (avx512::pv_accumulate_f32_pair, the same bits). tmp: [2 * head_dim].
+void online_tile_pair(const KvLayerView& kv, const Problem& p0, const Problem& p1, const int64_t* offsets, int64_t j0,
+                      int64_t j1, float* s0, float* s1, OnlineSoftmax& st0, OnlineSoftmax& st1, float* tmp) {
+  const int64_t hd = kv.head_dim, n = j1 - j0;
+  const bool first = j0 == p0.first;
+  const float c0 = tile_softmax<true>(s0, n, first, st0);
+  const float c1 = tile_softmax<true>(s1, n, first, st1);
+  const auto* v = static_cast<const float*>(kv.v) + p0.kvh * hd;
+  avx512::pv_accumulate_f32_pair(v, offsets + j0, n, s0, s1, hd, first ? p0.out : tmp, first ? p1.out : tmp + hd);
+  if (!first) {
+    tile_merge<true>(p0.out, c0, tmp, hd);
+    tile_merge<true>(p1.out, c1, tmp + hd, hd);
+  }
+}
+
 // out = acc / l.
 void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
   const float inv = static_cast<float>(1.0 / st.l);
@@ -212,11 +228,11 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
                 "num_heads " + std::to_string(num_heads) + " num_kv_heads " + std::to_string(kv.num_kv_heads));
   int64_t max_keys = 0;
   const int64_t num_tokens = check_batch(kv, b, &max_keys);
-  // Scratch in ws: seq [num_tokens] (sequence of each token), then per thread tmp [head_dim] f32
+  // Scratch in ws: seq [num_tokens] (sequence of each token), then per thread tmp [2, head_dim] f32
   // and offsets [max_keys] (key offsets of the thread's current token).
   const int max_threads = pool != nullptr ? pool->num_threads() : 1;
   const int64_t seq_bytes = round64(num_tokens * int64_t{sizeof(int32_t)});
-  const int64_t tmp_bytes = round64(kv.head_dim * int64_t{sizeof(float)});
+  const int64_t tmp_bytes = round64(2 * kv.head_dim * int64_t{sizeof(float)});
   const int64_t thread_bytes = tmp_bytes + round64(max_keys * int64_t{sizeof(int64_t)});
   auto* scratch = static_cast<uint8_t*>(ws.get(Workspace::kAttention, seq_bytes + max_threads * thread_bytes));
   auto* seq = reinterpret_cast<int32_t*>(scratch);
@@ -231,6 +247,7 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   const int64_t num_units = num_tokens * kv.num_kv_heads;
   // Pairs of query heads share each key load on AVX-512 CPUs (F32 KV cache; same bits).
   const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && kv.isa >= Isa::kAvx512;
+  const bool pv_pair = pair512 && avx512::pv_pair_supported(hd);
   auto work = [&](int thread, int num_threads) {
     float scores[2 * kKeyTile];  // one tile of scores for each of two heads
     uint8_t* mine = scratch + seq_bytes + thread * thread_bytes;
@@ -253,8 +270,12 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
           for (int64_t j0 = j_first; j0 < n; j0 += kKeyTile) {
             const int64_t j1 = std::min(n, j0 + kKeyTile);
             qk_scores_pair_avx512(kv, p.q, g, j0, j1, scale, offsets, scores, scores + kKeyTile);
-            online_tile<kSimd>(kv, p, offsets, j0, j1, scores, st0, tmp);
-            online_tile<kSimd>(kv, p1, offsets, j0, j1, scores + kKeyTile, st1, tmp);
+            if (pv_pair) {
+              online_tile_pair(kv, p, p1, offsets, j0, j1, scores, scores + kKeyTile, st0, st1, tmp);
+            } else {
+              online_tile<kSimd>(kv, p, offsets, j0, j1, scores, st0, tmp);
+              online_tile<kSimd>(kv, p1, offsets, j0, j1, scores + kKeyTile, st1, tmp);
+            }
           }
           online_finish(p, hd, st0);
           online_finish(p1, hd, st1);

@@ -1,4 +1,4 @@
-// AVX-512 q . k tiles for paged attention with an F32 KV cache (compiled for AVX-512 F/BW/VL/DQ,
+// AVX-512 q . k tiles and paired p . V for paged attention with an F32 KV cache (compiled for AVX-512 F/BW/VL/DQ,
 // CMakeLists.txt; entered only when the KvLayerView's isa >= kAvx512; contract in
 // kernels_avx512.h).
 //
@@ -7,7 +7,10 @@
 // accumulator 0, then hsum8((a0 + a1) + (a2 + a3)) and a scalar FMA tail. Here a zmm holds two of
 // them, [a0 | a1] and [a2 | a3]: each lane sees the same FMA sequence, and the reduction takes the
 // halves apart in the same order, so the bits are the same; a tile of R keys x 2 query heads keeps
-// 4 R accumulators in registers and loads each key vector once for both heads.
+// 4 R accumulators in registers and loads each key vector once for both heads. A tile of 4 keys
+// reduces its 8 outputs together (reduce_4x2: the same additions, 8 outputs per instruction).
+// p . V for two heads shares each load of a V row (pv_pair: per lane the FMA chain of
+// avx2::pv_accumulate_f32).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -23,6 +26,33 @@ namespace pagellm::kernels::avx512 {
 namespace {
 
 constexpr int64_t kPrefetchBytes = 8192;
+
+// The reduction of qk_tile<4> (no scalar tail) for all 8 outputs at once, transposed: the same
+// additions as hsum8((a0 + a1) + (a2 + a3)) per output, 8 outputs per instruction.
+// out[r * 2 + j] from a01[r][j] = [a0 | a1], a23[r][j] = [a2 | a3].
+inline void reduce_4x2(const __m512 (&a01)[4][2], const __m512 (&a23)[4][2], float* out) {
+  __m512 v[4];  // v[r] = [v of (r, 0) | v of (r, 1)], v = (a0 + a1) + (a2 + a3), 8 lanes each
+  for (int r = 0; r < 4; ++r) {
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(a01[r][0], a01[r][1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a01[r][0], a01[r][1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(a23[r][0], a23[r][1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a23[r][0], a23[r][1], _MM_SHUFFLE(3, 2, 3, 2)));
+    v[r] = _mm512_add_ps(u, w);
+  }
+  // s4 = v[0:4] + v[4:8]: lane group g of s01 is output g (outputs 0-3), of s23 output 4 + g.
+  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  // Per group g: [s4[0] + s4[2], s4[1] + s4[3]] of output g, then of output 4 + g; then their sums.
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 e =
+      _mm512_add_ps(_mm512_shuffle_ps(t, t, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(t, t, _MM_SHUFFLE(3, 1, 3, 1)));
+  // e[4 g] = output g, e[4 g + 1] = output 4 + g.
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, e)));
+}
 
 // R keys (key r at k + r * ks) x 2 queries (at q, q + n): out[r * 2 + j].
 template <int R>
@@ -61,6 +91,9 @@ void qk_tile(const float* k, int64_t ks, const float* q, int64_t n, float* out) 
       }
     }
   }
+  if constexpr (R == 4) {
+    if (i == n) return reduce_4x2(a01, a23, out);
+  }
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < M; ++j) {
       const __m256 a0 = _mm512_castps512_ps256(a01[r][j]), a1 = _mm512_extractf32x8_ps(a01[r][j], 1);
@@ -72,7 +105,42 @@ void qk_tile(const float* k, int64_t ks, const float* q, int64_t n, float* out) 
   }
 }
 
+// Lanes of zmm i hold elements 16 i .. 16 i + 15: each lane runs avx2::pv_regs' FMA sequence.
+template <int kVec>
+void pv_pair(const float* v, const int64_t* off, int64_t n, const float* a0, const float* a1, float* out0,
+             float* out1) {
+  __m512 acc0[kVec], acc1[kVec];
+  for (int i = 0; i < kVec; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 va0 = _mm512_set1_ps(a0[j]), va1 = _mm512_set1_ps(a1[j]);
+    const float* vj = v + off[j];
+#pragma GCC unroll 8
+    for (int i = 0; i < kVec; ++i) {
+      const __m512 x = _mm512_loadu_ps(vj + 16 * i);
+      acc0[i] = _mm512_fmadd_ps(va0, x, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(va1, x, acc1[i]);
+    }
+  }
+  for (int i = 0; i < kVec; ++i) {
+    _mm512_storeu_ps(out0 + 16 * i, acc0[i]);
+    _mm512_storeu_ps(out1 + 16 * i, acc1[i]);
+  }
+}
+
 }  // namespace
+
+bool pv_pair_supported(int64_t hd) { return hd == 32 || hd == 64 || hd == 96 || hd == 128; }
+
+void pv_accumulate_f32_pair(const float* v, const int64_t* off, int64_t n, const float* a0, const float* a1, int64_t hd,
+                            float* out0, float* out1) {
+  switch (hd) {
+    case 32: return pv_pair<2>(v, off, n, a0, a1, out0, out1);
+    case 64: return pv_pair<4>(v, off, n, a0, a1, out0, out1);
+    case 96: return pv_pair<6>(v, off, n, a0, a1, out0, out1);
+    case 128: return pv_pair<8>(v, off, n, a0, a1, out0, out1);
+    default: PAGELLM_CHECK(false, "pv_accumulate_f32_pair: head_dim " + std::to_string(hd));
+  }
+}
 
 void qk_f32_pair_tile(const float* k, int64_t k_stride, int r, const float* q, int64_t n, float* out) {
   if (r == 4) return qk_tile<4>(k, k_stride, q, n, out);

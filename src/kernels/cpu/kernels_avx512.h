@@ -22,5 +22,11 @@ void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t
 // heads at q and q + n, n elements each: out[i * 2 + j] = q_j . key i, bit-identical to
 // avx2::dot_f32(q_j, key i).
 void qk_f32_pair_tile(const float* k, int64_t k_stride, int r, const float* q, int64_t n, float* out);
+// Two heads' avx2::pv_accumulate_f32 sharing the loads of V: out0 from weights a0, out1 from a1,
+// each bit-identical to avx2::pv_accumulate_f32(v, off, n, a_h, hd, out_h). hd in {32, 64, 96,
+// 128} (pv_pair_supported); v, off as there.
+bool pv_pair_supported(int64_t hd);
+void pv_accumulate_f32_pair(const float* v, const int64_t* off, int64_t n, const float* a0, const float* a1, int64_t hd,
+                            float* out0, float* out1);
 
 }  // namespace pagellm::kernels::avx512
