@@ -19,11 +19,18 @@
 
 #include "core/error.h"
 #include "kernels/cpu/kernel_traits.h"
+#include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/ops.h"
 
 namespace pagellm::kernels {
 namespace {
+
+// Tokens per chunk of activation preparation: a multiple of every kernel's token tile (seq: 6 on
+// AVX2, 12 on AVX-512; the integer kernels prepare each token alone), so the prepared layout of a
+// chunk is the layout of the whole at that offset.
+constexpr int64_t kPrepareTokens = 24;
+static_assert(kPrepareTokens % avx2::kSeqTileTokens == 0 && kPrepareTokens % avx512::kSeqTileTokens == 0);
 
 // Below this many multiply-adds a matmul is not split across threads.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
@@ -98,32 +105,50 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const int64_t tiles = repacked ? rows / kTileRows : 0;
   const bool oracle = tiles * kTileRows < rows;  // some rows run on vec_dot
 
-  // Activations in vec_dot_type: what the oracle rows read, and the integer tiles' input.
-  // (in the caller's workspace; the workers see it through the pointers below)
+  // Activations in vec_dot_type: what the oracle rows read, and the integer tiles' input; then
+  // what the tiles read (prepare). (In the caller's workspace; the workers see it through the
+  // pointers below.) Per token, so a long prompt's are made in parallel, kPrepareTokens at a time.
   const int64_t xa_rb = tt.vec_dot_row_bytes(cols);
   const uint8_t* xa = nullptr;
+  uint8_t* xa_make = nullptr;
   if (xq_given != nullptr && tt.vec_dot_type == GgmlType::Q8_0) {
     xa = reinterpret_cast<const uint8_t*>(xq_given);
   } else if (oracle || tt.vec_dot_type != GgmlType::F32) {
-    auto* p = static_cast<uint8_t*>(ws.get(Workspace::kActivations, num_tokens * xa_rb));
-    for (int64_t t = 0; t < num_tokens; ++t) tt.from_float(w.isa, x + t * cols, cols, p + t * xa_rb);
-    xa = p;
+    xa_make = static_cast<uint8_t*>(ws.get(Workspace::kActivations, num_tokens * xa_rb));
+    xa = xa_make;
+  }
+  const IsaKernels* k = repacked ? &tt.tiles_for(w.isa) : nullptr;
+  auto* xp =
+      repacked ? static_cast<uint8_t*>(ws.get(Workspace::kPrepared, k->prepared_bytes(num_tokens, cols))) : nullptr;
+  auto make = [&](int64_t t0, int64_t t1) {  // tokens [t0, t1), t0 a multiple of kPrepareTokens
+    if (xa_make != nullptr) {
+      for (int64_t t = t0; t < t1; ++t) tt.from_float(w.isa, x + t * cols, cols, xa_make + t * xa_rb);
+    }
+    if (k != nullptr) {
+      k->prepare(x + t0 * cols, xa == nullptr ? nullptr : xa + t0 * xa_rb, t1 - t0, cols,
+                 xp + k->prepared_bytes(t0, cols));
+    }
+  };
+  const int64_t chunks = (num_tokens + kPrepareTokens - 1) / kPrepareTokens;
+  if (pool != nullptr && pool->num_threads() > 1 && chunks >= 2) {
+    pool->parallel_for(
+        chunks, [&](int64_t c0, int64_t c1) { make(c0 * kPrepareTokens, std::min(num_tokens, c1 * kPrepareTokens)); });
+  } else {
+    make(0, num_tokens);
   }
   if (!repacked) {
     return run(w, rows, macs, pool, [&](int64_t r0, int64_t r1) {
       oracle_rows(row_dot_for(tt, w.isa), w, r0, r1, xa, xa_rb, num_tokens, y);
     });
   }
-  const IsaKernels& k = tt.tiles_for(w.isa);
-  void* xp = ws.get(Workspace::kPrepared, k.prepared_bytes(num_tokens, cols));
-  k.prepare(x, xa, num_tokens, cols, xp);
+  const IsaKernels& kt = *k;
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t tile_bytes = kTileRows * w.row_bytes();
   const int64_t units = tiles + (oracle ? 1 : 0);
   run(w, units, macs, pool, [&](int64_t u0, int64_t u1) {
     const int64_t t1 = std::min(u1, tiles);
-    if (u0 < t1) k.tiles(base + u0 * tile_bytes, t1 - u0, xp, cols, num_tokens, y + u0 * kTileRows, rows);
-    if (u1 > tiles) oracle_rows(k.row_dot, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
+    if (u0 < t1) kt.tiles(base + u0 * tile_bytes, t1 - u0, xp, cols, num_tokens, y + u0 * kTileRows, rows);
+    if (u1 > tiles) oracle_rows(kt.row_dot, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
   });
 }
 
