@@ -146,15 +146,26 @@ const BlockQ8_0* LlamaModel::norm_for(std::initializer_list<const kc::WeightView
   bool quantized = false;  // some weight multiplies q8_0 activations (the kernel table says which)
   for (const kc::WeightView* w : ws) quantized |= kc::vec_dot_type(w->type) == GgmlType::Q8_0;
   if (quantized) xq_.resize(static_cast<size_t>(num_rows * (h / kQK8_0)));
-  for (int64_t j = 0; j < num_rows; ++j) {
-    const float* x = &x_[(rows != nullptr ? rows[j] : j) * h];
-    if (quantized) {
-      kc::rms_norm_q8_0(x, weight, 1, h, c.rms_norm_eps, &xn_[j * h], &xq_[j * (h / kQK8_0)], isa_);
-    } else {
-      kc::rms_norm(x, weight, h, c.rms_norm_eps, &xn_[j * h]);
+  for_tokens(num_rows, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const float* x = &x_[(rows != nullptr ? rows[j] : j) * h];
+      if (quantized) {
+        kc::rms_norm_q8_0(x, weight, 1, h, c.rms_norm_eps, &xn_[j * h], &xq_[j * (h / kQK8_0)], isa_);
+      } else {
+        kc::rms_norm(x, weight, h, c.rms_norm_eps, &xn_[j * h]);
+      }
     }
-  }
+  });
   return quantized ? xq_.data() : nullptr;
+}
+
+void LlamaModel::for_tokens(int64_t num_tokens, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t kMinParallelTokens = 16;  // below: the dispatch costs more than it saves
+  if (pool_ != nullptr && pool_->num_threads() > 1 && num_tokens >= kMinParallelTokens) {
+    pool_->parallel_for(num_tokens, fn);
+  } else {
+    fn(0, num_tokens);
+  }
 }
 
 void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBatch& b, KvCache& kv_cache,
@@ -181,29 +192,31 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
   }
   const bool sliding = c.is_sliding(layer);
   const std::vector<float>& cos_sin = sliding ? rope_cos_sin_swa_ : rope_cos_sin_;
-  for (int64_t t = 0; t < n; ++t) {
-    float* qt = &q_[t * q_dim];
-    float* kt = &k_[t * kv_dim];
-    if (l.bq != nullptr) {
-      for (int64_t i = 0; i < q_dim; ++i) qt[i] += l.bq[i];
-      for (int64_t i = 0; i < kv_dim; ++i) kt[i] += l.bk[i];
-      for (int64_t i = 0; i < kv_dim; ++i) v_[t * kv_dim + i] += l.bv[i];
+  for_tokens(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* qt = &q_[t * q_dim];
+      float* kt = &k_[t * kv_dim];
+      if (l.bq != nullptr) {
+        for (int64_t i = 0; i < q_dim; ++i) qt[i] += l.bq[i];
+        for (int64_t i = 0; i < kv_dim; ++i) kt[i] += l.bk[i];
+        for (int64_t i = 0; i < kv_dim; ++i) v_[t * kv_dim + i] += l.bv[i];
+      }
+      if (l.q_norm != nullptr) {  // RMSNorm of each head
+        for (int64_t h = 0; h < c.num_attention_heads; ++h)
+          kc::rms_norm(qt + h * c.head_dim, l.q_norm, c.head_dim, c.rms_norm_eps, qt + h * c.head_dim);
+        for (int64_t h = 0; h < c.num_key_value_heads; ++h)
+          kc::rms_norm(kt + h * c.head_dim, l.k_norm, c.head_dim, c.rms_norm_eps, kt + h * c.head_dim);
+      }
+      const float* cs = &cos_sin[t * c.rope_dim];
+      if (c.rope_type == RopeType::kNeox) {
+        kc::rope_neox(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
+        kc::rope_neox(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
+      } else {
+        kc::rope(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
+        kc::rope(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
+      }
     }
-    if (l.q_norm != nullptr) {  // RMSNorm of each head
-      for (int64_t h = 0; h < c.num_attention_heads; ++h)
-        kc::rms_norm(qt + h * c.head_dim, l.q_norm, c.head_dim, c.rms_norm_eps, qt + h * c.head_dim);
-      for (int64_t h = 0; h < c.num_key_value_heads; ++h)
-        kc::rms_norm(kt + h * c.head_dim, l.k_norm, c.head_dim, c.rms_norm_eps, kt + h * c.head_dim);
-    }
-    const float* cs = &cos_sin[t * c.rope_dim];
-    if (c.rope_type == RopeType::kNeox) {
-      kc::rope_neox(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
-      kc::rope_neox(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
-    } else {
-      kc::rope(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
-      kc::rope(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
-    }
-  }
+  });
   kc::KvLayerView view = kv_cache.layer(layer);
   view.isa = isa_;
   const KvGroupBatch& kg = b.kv_groups[kv_cache.layout().layer_group[layer]];
@@ -227,10 +240,14 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
 
 void LlamaModel::residual_add(const float* post_norm, int64_t n) {
   const int64_t h = config_.hidden_size;
-  if (post_norm != nullptr) {
-    for (int64_t t = 0; t < n; ++t) kc::rms_norm(&out_[t * h], post_norm, h, config_.rms_norm_eps, &out_[t * h]);
-  }
-  for (int64_t i = 0; i < n * h; ++i) x_[i] += out_[i];
+  for_tokens(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = &out_[t * h];
+      if (post_norm != nullptr) kc::rms_norm(o, post_norm, h, config_.rms_norm_eps, o);
+      float* x = &x_[t * h];
+      for (int64_t i = 0; i < h; ++i) x[i] += o[i];
+    }
+  });
 }
 
 void LlamaModel::mlp_block(const Layer& l, int64_t n, kc::Workspace& ws) {
@@ -249,14 +266,16 @@ void LlamaModel::mlp_block(const Layer& l, int64_t n, kc::Workspace& ws) {
     kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_, ws, xq);
     kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_, ws, xq);
   }
-  for (int64_t t = 0; t < n; ++t) {
-    float* g = &gate_[t * ffn];
-    if (c.hidden_act == HiddenAct::kGeluTanh) {
-      kc::gelu_tanh_mul(g, &up_[t * ffn], ffn, g);
-    } else {
-      kc::silu_mul(g, &up_[t * ffn], ffn, g);
+  for_tokens(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* g = &gate_[t * ffn];
+      if (c.hidden_act == HiddenAct::kGeluTanh) {
+        kc::gelu_tanh_mul(g, &up_[t * ffn], ffn, g);
+      } else {
+        kc::silu_mul(g, &up_[t * ffn], ffn, g);
+      }
     }
-  }
+  });
   kc::matmul(l.w_down, gate_.data(), n, out_.data(), pool_, ws);
   residual_add(l.post_ffn_norm, n);
 }

@@ -89,6 +89,10 @@ class LlamaModel {
   // x_ (nullptr: rows 0 .. num_rows - 1).
   const BlockQ8_0* norm_for(std::initializer_list<const kernels::WeightView*> ws, const float* weight,
                             const int64_t* rows, int64_t num_rows);
+  // fn(t0, t1) over [0, num_tokens): split across pool_ for a long batch (prefill), else on the
+  // caller. For the per-token work between matmuls (norms, rope, the gate, residuals): each token
+  // is computed alone, so the split changes no bits.
+  void for_tokens(int64_t num_tokens, const std::function<void(int64_t, int64_t)>& fn);
 
   LlamaConfig config_;
   ThreadPool* pool_;
