@@ -173,7 +173,9 @@ TEST(Quants, Q8_0ActivationsVectorEqualsScalar) {
 
 // The vectorised q8_K quantizer (K-quant activations, AVX2 and up) equals quantize_row_q8_K bit
 // for bit: random super-blocks of several ranges, an all-zero one, one whose largest magnitude
-// appears twice with both signs (the first wins), one of exact .5 ties, and one holding a NaN.
+// appears twice with both signs (the first wins), one of exact .5 ties, one holding a NaN, one
+// holding +inf (iscale = -0: the inf's product is NaN) and one whose largest magnitude is 1e-37
+// (iscale = -inf: products of +-inf and NaN).
 TEST(Quants, Q8KActivationsVectorEqualsScalar) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: the vectorised quantizer is never used";
   Rng rng(19);
@@ -183,10 +185,15 @@ TEST(Quants, Q8KActivationsVectorEqualsScalar) {
     std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // block 1: zero
     x[512 + 40] = 2 * range;                            // block 2: +max first, then -max
     x[512 + 200] = -2 * range;
-    // Block 3: vmax = -127/16, so iscale = 16 and iscale * x = j - 127.5 exactly: every value a tie.
-    for (int j = 0; j < 255; ++j) x[768 + j] = (j - 127.5f) / 16.0f;
+    // Block 3: vmax = -127/16, so iscale = 16 and iscale * x = j - 127.5 exactly: a tie for every
+    // j in [1, 255).
+    x[768] = 0.0f;
+    for (int j = 1; j < 255; ++j) x[768 + j] = (j - 127.5f) / 16.0f;
     x[768 + 255] = -127.0f / 16.0f;
-    x[1024 + 7] = NAN;  // block 4
+    x[1024 + 7] = NAN;       // block 4
+    x[1280 + 9] = INFINITY;  // block 5
+    for (int j = 0; j < 256; ++j) x[1536 + j] = j % 3 == 0 ? 0.0f : (j % 3 == 1 ? -1e-38f : 5e-38f);
+    x[1536 + 100] = 1e-37f;  // block 6
     std::vector<BlockQ8_K> want(kBlocks), got(kBlocks);
     quantize_row_q8_K(x.data(), static_cast<int64_t>(x.size()), want.data());
     avx2::quantize_q8_K_activations(x.data(), static_cast<int64_t>(x.size()), got.data());
@@ -196,7 +203,12 @@ TEST(Quants, Q8KActivationsVectorEqualsScalar) {
       ASSERT_EQ(std::memcmp(want[b].bsums, got[b].bsums, 32), 0) << "block " << b << " range " << range;
     }
     EXPECT_EQ(want[2].qs[40], -127);
+    EXPECT_EQ(want[3].qs[1], -126);  // 1 - 127.5 = -126.5: half to even
+    EXPECT_EQ(want[3].qs[2], -126);  // -125.5
     EXPECT_EQ(want[4].qs[7], 127);
+    EXPECT_EQ(want[5].qs[9], 127);  // -0 * inf = NaN
+    EXPECT_EQ(want[6].qs[0], 127);  // -inf * 0 = NaN
+    EXPECT_EQ(want[6].qs[100], -128);
   }
 }
 

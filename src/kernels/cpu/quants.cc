@@ -124,8 +124,10 @@ void quantize_row_q8_K(const float* x, int64_t n, void* out) {
     }
     const float iscale = -127.0f / vmax;
     for (int j = 0; j < kQK_K; ++j) {
-      // Round half to even (ggml's nearest_int); the largest magnitude maps to -127.
-      y[i].qs[j] = static_cast<int8_t>(std::min(127.0f, std::nearbyint(iscale * xb[j])));
+      // Round half to even (ggml's nearest_int); the largest magnitude maps to -127. Clamped to
+      // [-128, 127], NaN -> 127: only a block holding inf (iscale = -0) or one whose largest
+      // magnitude is below ~4e-37 (iscale = -inf) gets here a product outside that range.
+      y[i].qs[j] = static_cast<int8_t>(std::max(-128.0f, std::min(127.0f, std::nearbyint(iscale * xb[j]))));
     }
     for (int s = 0; s < kQK_K / 16; ++s) {
       int sum = 0;

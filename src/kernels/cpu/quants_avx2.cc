@@ -37,10 +37,12 @@ void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y) {
   }
 }
 
-// As quantize_row_q8_K (bit-identical, NaN included): amax = max |x| (a NaN is skipped by both),
-// vmax = the first element with |x| == amax, q = min(127, round_half_even(iscale * x)) (cvtps2dq
-// in the default MXCSR mode; a NaN gives 127 as std::min(127, NaN) does), bsums by sum of absolute
-// differences on q ^ 0x80 (= q + 128) minus 16 * 128.
+// As quantize_row_q8_K (bit-identical, inf and NaN included): amax = max |x| (a NaN is skipped
+// by both), vmax = the first element with |x| == amax, q = round_half_even(iscale * x) clamped
+// to [-128, 127] with a NaN product -> 127 (the clamp comes first here, in float: min_ps returns
+// its second operand for a NaN, and rounding commutes with clamping to integers; then cvtps2dq
+// in the default MXCSR mode), bsums by sum of absolute differences on q ^ 0x80 (= q + 128) minus
+// 16 * 128.
 void quantize_q8_K_activations(const float* x, int64_t n, BlockQ8_K* y) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -56,18 +58,16 @@ void quantize_q8_K_activations(const float* x, int64_t n, BlockQ8_K* y) {
       continue;
     }
     int j = 0;
-    while (std::fabs(xb[j]) != amax) ++j;
+    while (j + 1 < kQK_K && std::fabs(xb[j]) != amax) ++j;
     const float iscale = -127.0f / xb[j];
     const __m256 vs = _mm256_set1_ps(iscale);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    const __m256i max127 = _mm256_set1_epi32(127);
+    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-128.0f);
     for (int i = 0; i < kQK_K; i += 32) {
       __m256i q[4];
       for (int k = 0; k < 4; ++k) {
-        const __m256 v = _mm256_loadu_ps(xb + i + 8 * k);
-        const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(v, vs));
-        q[k] = _mm256_blendv_epi8(_mm256_min_epi32(r, max127), max127,
-                                  _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+        const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * k), vs);
+        q[k] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(p, hi), lo));
       }
       const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
       const __m256i qs = _mm256_permutevar8x32_epi32(p, order);
