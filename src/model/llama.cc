@@ -272,7 +272,7 @@ void LlamaModel::mlp_block(const Layer& l, int64_t n, kc::Workspace& ws) {
       if (c.hidden_act == HiddenAct::kGeluTanh) {
         kc::gelu_tanh_mul(g, &up_[t * ffn], ffn, g);
       } else {
-        kc::silu_mul(g, &up_[t * ffn], ffn, g);
+        kc::silu_mul(g, &up_[t * ffn], ffn, g, isa_);
       }
     }
   });

@@ -1,24 +1,29 @@
 // silu_mul (SwiGLU gate) and softmax, following ggml's CPU math.
-// Sources: ggml/src/ggml-cpu/vec.h ggml_silu_f32 (x / (1 + expf(-x))); ops.cpp soft_max_f32 and
-// vec.cpp ggml_vec_soft_max_f32 (subtract the max, expf, sum in double, scale by (float)(1/sum)).
+// Sources: ggml/src/ggml-cpu/vec.h ggml_silu_f32 (x / (1 + exp(-x)), there on ggml's own vector
+// exp; here on ref::exp_f32, kernels_impl.h); ops.cpp soft_max_f32 and vec.cpp
+// ggml_vec_soft_max_f32 (subtract the max, expf, sum in double, scale by (float)(1/sum)).
 // Shazeer 2020 (GLU variants).
 //
 // O(n) per token; the fast versions share the reference arithmetic (bit-identical).
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/ops.h"
 
 namespace pagellm::kernels {
 
 void silu_mul_ref(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = ref::silu_f32(gate[i]) * up[i];
 }
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* out) { silu_mul_ref(gate, up, n, out); }
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, Isa isa) {
+  if (isa >= Isa::kAvx2) {
+    avx2::silu_mul(gate, up, n, out);
+  } else {
+    silu_mul_ref(gate, up, n, out);
+  }
+}
 
 void softmax_ref(float* x, int64_t n) {
   if (n <= 0) return;

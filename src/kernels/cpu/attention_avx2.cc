@@ -123,25 +123,6 @@ void pv_accumulate_f16(const uint16_t* v, const int64_t* off, int64_t n, const f
   pv(v, off, n, a, hd, out);
 }
 
-namespace {
-
-// ref::exp_f32 on 8 lanes, the same operations in the same order.
-inline __m256 exp8(__m256 x) {
-  const __m256 round = _mm256_set1_ps(ref::kExpRound);
-  const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(ref::kExpLog2e), round), round);
-  const __m256 r =
-      _mm256_fmadd_ps(n, _mm256_set1_ps(-ref::kExpLn2Lo), _mm256_fmadd_ps(n, _mm256_set1_ps(-ref::kExpLn2Hi), x));
-  __m256 p = _mm256_set1_ps(ref::kExpP[0]);
-  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ref::kExpP[i]));
-  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 v = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  // x < kExpMin (and -inf) -> 0; NaN fails the ordered compare and stays NaN.
-  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(ref::kExpMin), _CMP_LT_OQ), v);
-}
-
-}  // namespace
-
 float softmax_tile(float* s, int64_t n, float m_in, double* sum) {
   __m256 mv = _mm256_set1_ps(m_in);
   int64_t j = 0;
@@ -155,7 +136,7 @@ float softmax_tile(float* s, int64_t n, float m_in, double* sum) {
   __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();  // lanes 0-3, 4-7
   j = 0;
   for (; j + 8 <= n; j += 8) {
-    const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mb));
+    const __m256 p = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mb));
     _mm256_storeu_ps(s + j, p);
     lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
     hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
@@ -163,7 +144,7 @@ float softmax_tile(float* s, int64_t n, float m_in, double* sum) {
   if (j < n) {  // the tail, padded with zeros (adding +0.0 to a sum of non-negative terms is exact)
     float t[8] = {};
     for (int64_t i = j; i < n; ++i) t[i - j] = s[i];
-    const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), mb));
+    const __m256 p = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(t), mb));
     _mm256_storeu_ps(t, p);
     for (int64_t i = j; i < n; ++i) s[i] = t[i - j];
     const __m256 pz = _mm256_loadu_ps(t);

@@ -64,6 +64,16 @@ inline float exp_f32(float x) {
   return y * scale;
 }
 
+// silu(g) = g / (1 + e^-g) with e^-g = exp_f32(-g), rounded as written (ggml_silu_f32's formula on
+// our exp; Elfwing et al. 2018, arXiv:1702.03118). -0 where -g > kSiluExpMax, beyond exp_f32's
+// range: the true value is below 1e-36 in magnitude there. avx2::silu_mul repeats it lane by lane.
+constexpr float kSiluExpMax = 88.0f;
+inline float silu_f32(float g) {
+  const float x = -g;
+  if (x > kSiluExpMax) return -0.0f;
+  return g / (1.0f + exp_f32(x));
+}
+
 // One online-softmax tile of attention (attention.cc): m = max(m_in, s[0 .. n)) (a score
 // s[j] replaces m when s[j] > m), then s[j] = exp_f32(s[j] - m) and *sum = their sum in double,
 // key j into lane j % 8 and the lanes added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
@@ -122,6 +132,9 @@ float softmax_tile(float* s, int64_t n, float m_in, double* sum);
 void rescale_add(float* acc, float c, const float* x, int64_t n);
 // out[i] = half(x[i]), round to nearest even (bit-identical to fp32_to_fp16).
 void convert_f32_to_f16(const float* x, uint16_t* out, int64_t n);
+
+// out[i] = ref::silu_f32(gate[i]) * up[i], bit for bit (activations_avx2.cc). out may alias gate.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 
 // stream_sum (ops.h) on AVX2 (stream_avx2.cc).
 float stream_sum(const float* p, int64_t n);

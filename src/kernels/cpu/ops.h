@@ -145,8 +145,10 @@ void rope_neox(float* x, int64_t num_heads, int64_t head_dim, int64_t n_dims, co
 float gelu_tanh(float x);
 void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
 
-// SwiGLU gate: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate.
-void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// SwiGLU gate: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)) with our f32 exp
+// (ref::silu_f32, kernels_impl.h: Cephes' polynomial, ~1 ulp; -0 for x < -88). The same bits on
+// every isa (AVX2 from kAvx2 up). out may alias gate.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, Isa isa);
 void silu_mul_ref(const float* gate, const float* up, int64_t n, float* out);
 
 // In-place numerically stable softmax over x[0, n).

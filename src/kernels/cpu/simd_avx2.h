@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu/kernels_impl.h"
 
 namespace pagellm::kernels::simd {
 
@@ -16,6 +17,21 @@ inline float hsum8(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// ref::exp_f32 on 8 lanes, the same operations in the same order.
+inline __m256 exp8(__m256 x) {
+  const __m256 round = _mm256_set1_ps(ref::kExpRound);
+  const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(ref::kExpLog2e), round), round);
+  const __m256 r =
+      _mm256_fmadd_ps(n, _mm256_set1_ps(-ref::kExpLn2Lo), _mm256_fmadd_ps(n, _mm256_set1_ps(-ref::kExpLn2Hi), x));
+  __m256 p = _mm256_set1_ps(ref::kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ref::kExpP[i]));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 v = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  // x < kExpMin (and -inf) -> 0; NaN fails the ordered compare and stays NaN.
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(ref::kExpMin), _CMP_LT_OQ), v);
 }
 
 // Loads of weight elements as f32 (exact), one struct per element type:
