@@ -185,20 +185,51 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
   }
 }
 
+// x[0, n) rounded to type (exact for F32) into tile[k * m + t], in blocks of kPackBlock steps so
+// that the strided stores of one token stay inside an L1-sized block of the tile (a whole token
+// at a time swept 96-270 KiB per token: 3.4% of an F16 pp512 on Zen 5, now ~1%).
+constexpr int64_t kPackBlock = 64;
+
+template <GgmlType T>
+float round1(float v) {
+  if constexpr (T == GgmlType::F16) return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT));
+  if constexpr (T == GgmlType::BF16) return bf16_to_fp32(fp32_to_bf16(v));
+  return v;
+}
+
+template <GgmlType T>
+void pack_tile(const float* x, int m, int64_t n, float* tile) {
+  for (int64_t k0 = 0; k0 < n; k0 += kPackBlock) {
+    const int64_t k1 = std::min(n, k0 + kPackBlock);
+    for (int t = 0; t < m; ++t) {
+      const float* xt = x + t * n;
+      int64_t k = k0;
+      if constexpr (T != GgmlType::BF16) {
+        for (; k + 8 <= k1; k += 8) {
+          __m256 v = _mm256_loadu_ps(xt + k);
+          // The same rounding as round1's, 8 at a time (vcvtps2ph / vcvtph2ps).
+          if constexpr (T == GgmlType::F16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+          alignas(32) float r[8];
+          _mm256_store_ps(r, v);
+          for (int j = 0; j < 8; ++j) tile[(k + j) * m + t] = r[j];
+        }
+      }
+      for (; k < k1; ++k) tile[k * m + t] = round1<T>(xt[k]);
+    }
+  }
+}
+
 }  // namespace
 
 void pack_seq(GgmlType type, const float* x, int64_t num_tokens, int64_t n, int tile_tokens, float* out) {
   for (int64_t t0 = 0; t0 < num_tokens; t0 += tile_tokens) {
     const int m = static_cast<int>(std::min<int64_t>(tile_tokens, num_tokens - t0));
-    float* tile = out + t0 * n;
-    for (int t = 0; t < m; ++t) {
-      const float* xt = x + (t0 + t) * n;
-      for (int64_t k = 0; k < n; ++k) {
-        const float v = xt[k];
-        tile[k * m + t] = type == GgmlType::F16    ? _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT))
-                          : type == GgmlType::BF16 ? bf16_to_fp32(fp32_to_bf16(v))
-                                                   : v;
-      }
+    if (type == GgmlType::F16) {
+      pack_tile<GgmlType::F16>(x + t0 * n, m, n, out + t0 * n);
+    } else if (type == GgmlType::BF16) {
+      pack_tile<GgmlType::BF16>(x + t0 * n, m, n, out + t0 * n);
+    } else {
+      pack_tile<GgmlType::F32>(x + t0 * n, m, n, out + t0 * n);
     }
   }
 }
