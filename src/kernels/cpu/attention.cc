@@ -16,7 +16,10 @@
 //
 // Every (token, head) pair is computed alone, keys in order 0..pos (first..pos with a sliding
 // window of w keys, first = max(0, pos - w + 1); tiles start at first); (token, kv head) units are
-// dealt to threads round-robin (causal rows differ in length).
+// dealt to threads round-robin (causal rows differ in length). On AVX-512 with an F32 cache, a
+// sequence with several tokens in the batch (a prefill or a chunk) runs in (block of 16 tokens,
+// kv head) units instead, whose queries share each key tile (run_query_block): the same tiles and
+// arithmetic per (token, head), so the same bits.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -42,6 +45,10 @@ void check_kv(const KvLayerView& kv) {
 int64_t elem_bytes(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
 
 constexpr int64_t kKeyTile = 64;  // keys per online-softmax tile (4 blocks of 16)
+// Prefill on AVX-512 (query_blocks): a sequence with at least kMinBlockTokens tokens in the batch
+// runs in blocks of kQueryBlock tokens, whose query heads share each key tile.
+constexpr int64_t kQueryBlock = 16;
+constexpr int64_t kMinBlockTokens = 4;
 
 // One attention problem: query head `q` against kv head `kvh` of keys [first, pos] of one sequence
 // (first = 0, or the start of the sliding window).
@@ -195,6 +202,74 @@ void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
   for (int64_t i = 0; i < hd; ++i) p.out[i] *= inv;
 }
 
+// Per-thread scratch of run_query_block: the key tile transposed (lane = key) and the softmax
+// state of every (token, head) of a block.
+struct BlockScratch {
+  float* kt;          // [kKeyTile / 16][head_dim][16], 64-byte aligned
+  OnlineSoftmax* st;  // [kQueryBlock * group]
+};
+
+// Tokens [ta, tb) of one sequence (no sliding window, so every token's tiles start at key 0) x
+// the query heads of kv head g, F32 cache, AVX-512, head_dim % 32 == 0: for each key tile, its
+// keys are transposed once and scored against every query of the block (avx512::
+// qk_scores_keys16, the bits of qk_scores_pair_avx512), then each (token, head) takes the tile
+// exactly as the per-token path does (online_tile_pair / online_tile, same order of tiles): the
+// same bits, with each key loaded once per block instead of once per token and head pair.
+// offsets: [max position + 1] scratch; scores: [2 * kKeyTile]; tmp: [2 * head_dim].
+void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch& b, const int32_t* table, int64_t ta,
+                     int64_t tb, int64_t g, int64_t num_heads, float scale, float* out, int64_t* offsets, float* scores,
+                     float* tmp, const BlockScratch& bs) {
+  const int64_t hd = kv.head_dim, row = kv.num_kv_heads * hd, group = num_heads / kv.num_kv_heads;
+  const bool pv_pair = avx512::pv_pair_supported(hd);
+  const auto* k32 = static_cast<const float*>(kv.k) + g * hd;
+  int64_t max_n = 0;
+  for (int64_t t = ta; t < tb; ++t) max_n = std::max(max_n, b.positions[t] + 1);
+  for (int64_t j = 0; j < max_n; ++j) offsets[j] = slot_of(kv, table, j) * row;
+  for (int64_t i = 0; i < (tb - ta) * group; ++i) bs.st[i] = OnlineSoftmax{};
+  auto problem = [&](int64_t t, int64_t h) {
+    return Problem{q + (t * num_heads + h) * hd, 0, b.positions[t], g, out + (t * num_heads + h) * hd};
+  };
+  for (int64_t j0 = 0; j0 < max_n; j0 += kKeyTile) {
+    const int64_t j1 = std::min(max_n, j0 + kKeyTile);
+    for (int64_t c = 0; j0 + 16 * c < j1; ++c) {
+      const int nk = static_cast<int>(std::min<int64_t>(16, j1 - j0 - 16 * c));
+      avx512::transpose_keys16(k32, offsets + j0 + 16 * c, nk, hd, bs.kt + c * 16 * hd);
+    }
+    for (int64_t t = ta; t < tb; ++t) {
+      const int64_t e = std::min(b.positions[t] + 1, j1);  // this token's keys of the tile: [j0, e)
+      if (e <= j0) continue;
+      for (int64_t h = g * group; h < (g + 1) * group;) {
+        const bool pair = h + 1 < (g + 1) * group;
+        const Problem p0 = problem(t, h);
+        const float* qs[2] = {p0.q, p0.q + hd};
+        for (int64_t c = 0; j0 + 16 * c < e; ++c) {
+          float* outs[2] = {scores + 16 * c, scores + kKeyTile + 16 * c};
+          avx512::qk_scores_keys16(bs.kt + c * 16 * hd, hd, qs, pair ? 2 : 1, scale, outs);
+        }
+        OnlineSoftmax& st0 = bs.st[(t - ta) * group + (h - g * group)];
+        if (!pair) {
+          online_tile<true>(kv, p0, offsets, j0, e, scores, st0, tmp);
+          h += 1;
+          continue;
+        }
+        const Problem p1 = problem(t, h + 1);
+        OnlineSoftmax& st1 = (&st0)[1];
+        if (pv_pair) {
+          online_tile_pair(kv, p0, p1, offsets, j0, e, scores, scores + kKeyTile, st0, st1, tmp);
+        } else {
+          online_tile<true>(kv, p0, offsets, j0, e, scores, st0, tmp);
+          online_tile<true>(kv, p1, offsets, j0, e, scores + kKeyTile, st1, tmp);
+        }
+        h += 2;
+      }
+    }
+  }
+  for (int64_t t = ta; t < tb; ++t) {
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+      online_finish(problem(t, h), hd, bs.st[(t - ta) * group + (h - g * group)]);
+  }
+}
+
 // The shape checks of the batch; returns the number of tokens and sets *max_keys to the longest
 // key range (position + 1) of any token.
 int64_t check_batch(const KvLayerView& kv, const AttentionBatch& b, int64_t* max_keys) {
@@ -230,32 +305,63 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   const int64_t num_tokens = check_batch(kv, b, &max_keys);
   // Scratch in ws: seq [num_tokens] (sequence of each token), then per thread tmp [2, head_dim] f32
   // and offsets [max_keys] (key offsets of the thread's current token).
-  const int max_threads = pool != nullptr ? pool->num_threads() : 1;
-  const int64_t seq_bytes = round64(num_tokens * int64_t{sizeof(int32_t)});
-  const int64_t tmp_bytes = round64(2 * kv.head_dim * int64_t{sizeof(float)});
-  const int64_t thread_bytes = tmp_bytes + round64(max_keys * int64_t{sizeof(int64_t)});
-  auto* scratch = static_cast<uint8_t*>(ws.get(Workspace::kAttention, seq_bytes + max_threads * thread_bytes));
-  auto* seq = reinterpret_cast<int32_t*>(scratch);
-  for (int64_t s = 0; s < b.num_seqs; ++s) {
-    for (int64_t t = b.query_start_loc[s]; t < b.query_start_loc[s + 1]; ++t) seq[t] = static_cast<int32_t>(s);
-  }
   const int64_t group = num_heads / kv.num_kv_heads;
   const int64_t hd = kv.head_dim;
   const int64_t row = kv.num_kv_heads * hd;  // elements per slot
-  // Units of (token, kv head): the key offsets are computed once per unit and serve the `group`
-  // query heads that share the kv head; units are dealt to threads round-robin.
-  const int64_t num_units = num_tokens * kv.num_kv_heads;
   // Pairs of query heads share each key load on AVX-512 CPUs (F32 KV cache; same bits).
   const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && kv.isa >= Isa::kAvx512;
   const bool pv_pair = pair512 && avx512::pv_pair_supported(hd);
+  // Prefill blocks (run_query_block): sequences of >= kMinBlockTokens tokens here, when every
+  // token's tiles start at key 0.
+  const bool blocks512 = pair512 && hd % 32 == 0 && b.sliding_window == 0;
+  const int max_threads = pool != nullptr ? pool->num_threads() : 1;
+  // Scratch in ws: seq [num_tokens] (sequence of each token; -1 - s for a token of a block
+  // sequence), block_start [num_tokens + 1] (the blocks' first tokens, then the end), then per
+  // thread tmp [2, head_dim] f32, offsets [max_keys] (key offsets of the thread's current token or
+  // block) and, with blocks, BlockScratch's arrays.
+  const int64_t seq_bytes = round64(num_tokens * int64_t{sizeof(int32_t)});
+  const int64_t start_bytes = blocks512 ? round64((num_tokens + 1) * int64_t{sizeof(int64_t)}) : 0;
+  const int64_t tmp_bytes = round64(2 * hd * int64_t{sizeof(float)});
+  const int64_t offsets_bytes = round64(max_keys * int64_t{sizeof(int64_t)});
+  const int64_t kt_bytes = blocks512 ? round64(kKeyTile * hd * int64_t{sizeof(float)}) : 0;
+  const int64_t st_bytes = blocks512 ? round64(kQueryBlock * group * int64_t{sizeof(OnlineSoftmax)}) : 0;
+  const int64_t thread_bytes = tmp_bytes + offsets_bytes + kt_bytes + st_bytes;
+  auto* scratch =
+      static_cast<uint8_t*>(ws.get(Workspace::kAttention, seq_bytes + start_bytes + max_threads * thread_bytes));
+  auto* seq = reinterpret_cast<int32_t*>(scratch);
+  auto* block_start = reinterpret_cast<int64_t*>(scratch + seq_bytes);
+  int64_t num_blocks = 0;
+  for (int64_t s = 0; s < b.num_seqs; ++s) {
+    const int64_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
+    const bool blocked = blocks512 && q1 - q0 >= kMinBlockTokens;
+    for (int64_t t = q0; t < q1; ++t) seq[t] = static_cast<int32_t>(blocked ? -1 - s : s);
+    if (blocked) {
+      for (int64_t t = q0; t < q1; t += kQueryBlock) block_start[num_blocks++] = t;
+    }
+  }
+  // Units of (token, kv head), tokens of the other sequences: the key offsets are computed once
+  // per unit and serve the `group` query heads that share the kv head; then units of (block, kv
+  // head). Each kind is dealt to threads round-robin.
+  const int64_t num_units = num_tokens * kv.num_kv_heads;
+  const int64_t num_block_units = num_blocks * kv.num_kv_heads;
   auto work = [&](int thread, int num_threads) {
     float scores[2 * kKeyTile];  // one tile of scores for each of two heads
-    uint8_t* mine = scratch + seq_bytes + thread * thread_bytes;
+    uint8_t* mine = scratch + seq_bytes + start_bytes + thread * thread_bytes;
     auto* tmp = reinterpret_cast<float*>(mine);
     auto* offsets = reinterpret_cast<int64_t*>(mine + tmp_bytes);
+    const BlockScratch bs{reinterpret_cast<float*>(mine + tmp_bytes + offsets_bytes),
+                          reinterpret_cast<OnlineSoftmax*>(mine + tmp_bytes + offsets_bytes + kt_bytes)};
+    for (int64_t u = thread; u < num_block_units; u += num_threads) {
+      const int64_t blk = u / kv.num_kv_heads, g = u % kv.num_kv_heads;
+      const int64_t ta = block_start[blk], s = -1 - seq[ta];
+      const int64_t tb = std::min(ta + kQueryBlock, b.query_start_loc[s + 1]);
+      run_query_block(q, kv, b, b.block_tables + s * b.max_blocks_per_seq, ta, tb, g, num_heads, scale, out, offsets,
+                      scores, tmp, bs);
+    }
     int64_t offsets_token = -1;
     for (int64_t u = thread; u < num_units; u += num_threads) {
       const int64_t t = u / kv.num_kv_heads, g = u % kv.num_kv_heads;
+      if (seq[t] < 0) continue;  // in a block
       const int32_t* table = b.block_tables + seq[t] * b.max_blocks_per_seq;
       if (offsets_token != t) {
         for (int64_t j = first_key(b, t); j <= b.positions[t]; ++j) offsets[j] = slot_of(kv, table, j) * row;

@@ -127,7 +127,88 @@ void pv_pair(const float* v, const int64_t* off, int64_t n, const float* a0, con
   }
 }
 
+// The 16 x 16 block of rows r (16 elements each) transposed in registers: out[e] = element e of
+// rows 0..15 (unpack pairs, then 4-float shuffles, then a 4 x 4 transpose of the 128-bit lanes).
+inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4 i + m], 128-bit lane L: element 4 L + m of rows 4 i .. 4 i + 3.
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[m], u[4 + m], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 v1 = _mm512_shuffle_f32x4(u[m], u[4 + m], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], _MM_SHUFFLE(3, 2, 3, 2));
+    r[m] = _mm512_shuffle_f32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
+    r[4 + m] = _mm512_shuffle_f32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
+    r[8 + m] = _mm512_shuffle_f32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
+    r[12 + m] = _mm512_shuffle_f32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// NQ queries x the 16 transposed keys of kt: avx2::dot_f32's chains with lane = key. Chain c of
+// a step of 32 (c = 8 a + l: accumulator a, lane l there) is C_c = fma over the steps s of
+// kt[32 s + c] x q[32 s + c], from 0; then v_l = (C_l + C_{8+l}) + (C_{16+l} + C_{24+l}) and
+// hsum8's tree over l: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). Each key vector is
+// loaded once for the NQ queries; q elements are broadcast from memory.
+template <int NQ>
+void qk_keys16(const float* kt, int64_t hd, const float* const* q, float scale, float* const* out) {
+  const int64_t steps = hd / 32;
+  auto chain = [&](int c, __m512(&acc)[NQ]) {
+    for (int i = 0; i < NQ; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t e = 32 * s + c;
+      const __m512 k = _mm512_load_ps(kt + e * 16);
+#pragma GCC unroll 4
+      for (int i = 0; i < NQ; ++i) acc[i] = _mm512_fmadd_ps(k, _mm512_set1_ps(q[i][e]), acc[i]);
+    }
+  };
+  auto lane_sum = [&](int l, __m512(&v)[NQ]) {  // v_l
+    __m512 c0[NQ], c1[NQ], c2[NQ], c3[NQ];
+    chain(l, c0);
+    chain(8 + l, c1);
+    chain(16 + l, c2);
+    chain(24 + l, c3);
+    for (int i = 0; i < NQ; ++i) v[i] = _mm512_add_ps(_mm512_add_ps(c0[i], c1[i]), _mm512_add_ps(c2[i], c3[i]));
+  };
+  __m512 s4[4][NQ];
+  for (int l = 0; l < 4; ++l) {
+    __m512 a[NQ], b[NQ];
+    lane_sum(l, a);
+    lane_sum(4 + l, b);
+    for (int i = 0; i < NQ; ++i) s4[l][i] = _mm512_add_ps(a[i], b[i]);
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int i = 0; i < NQ; ++i) {
+    const __m512 d = _mm512_add_ps(_mm512_add_ps(s4[0][i], s4[2][i]), _mm512_add_ps(s4[1][i], s4[3][i]));
+    _mm512_storeu_ps(out[i], _mm512_mul_ps(d, sc));
+  }
+}
+
 }  // namespace
+
+void transpose_keys16(const float* k, const int64_t* off, int nk, int64_t hd, float* kt) {
+  for (int64_t e0 = 0; e0 < hd; e0 += 16) {
+    __m512 r[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(k + off[j < nk ? j : nk - 1] + e0);
+    transpose16(r);
+    for (int e = 0; e < 16; ++e) _mm512_store_ps(kt + (e0 + e) * 16, r[e]);
+  }
+}
+
+void qk_scores_keys16(const float* kt, int64_t hd, const float* const* q, int nq, float scale, float* const* out) {
+  PAGELLM_CHECK(hd % 32 == 0 && (nq == 1 || nq == 2), "qk_scores_keys16: hd " + std::to_string(hd));
+  if (nq == 2) return qk_keys16<2>(kt, hd, q, scale, out);
+  qk_keys16<1>(kt, hd, q, scale, out);
+}
 
 bool pv_pair_supported(int64_t hd) { return hd == 32 || hd == 64 || hd == 96 || hd == 128; }
 

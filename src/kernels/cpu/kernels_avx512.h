@@ -22,6 +22,14 @@ void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t
 // heads at q and q + n, n elements each: out[i * 2 + j] = q_j . key i, bit-identical to
 // avx2::dot_f32(q_j, key i).
 void qk_f32_pair_tile(const float* k, int64_t k_stride, int r, const float* q, int64_t n, float* out);
+// Attention scores with lane = key, for many queries against the same keys (prefill).
+// transpose_keys16: keys j < nk (1 <= nk <= 16, row j at k + off[j], hd elements; hd % 16 == 0)
+// into kt [hd, 16] f32 (64-byte aligned): kt[e * 16 + j] = element e of key j; lanes j >= nk
+// repeat key nk - 1. qk_scores_keys16: out[i][j] = (q_i . key j) * scale for the nq in {1, 2}
+// query rows q[i] (hd elements; hd % 32 == 0) and j < 16, each dot bit-identical to
+// avx2::dot_f32(key j, q_i, hd).
+void transpose_keys16(const float* k, const int64_t* off, int nk, int64_t hd, float* kt);
+void qk_scores_keys16(const float* kt, int64_t hd, const float* const* q, int nq, float scale, float* const* out);
 // Two heads' avx2::pv_accumulate_f32 sharing the loads of V: out0 from weights a0, out1 from a1,
 // each bit-identical to avx2::pv_accumulate_f32(v, off, n, a_h, hd, out_h). hd in {32, 64, 96,
 // 128} (pv_pair_supported); v, off as there.
