@@ -37,8 +37,10 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
 // Work units per chunk handed to a free thread: ~8 chunks per thread, so a thread whose CPU is
 // slower (another tenant on a shared VM) takes fewer of them instead of holding everyone up.
-int64_t dynamic_grain(int64_t units, const ThreadPool* pool) {
-  return std::max<int64_t>(1, units / (8 * pool->num_threads()));
+// min_grain: 2 for the tiles of a prefill, whose kernels run 2 tiles x a token tile at once (a
+// single tile's kernel loads a weight vector per 12 FMAs instead of per 24).
+int64_t dynamic_grain(int64_t units, const ThreadPool* pool, int64_t min_grain) {
+  return std::max<int64_t>(min_grain, units / (8 * pool->num_threads()));
 }
 
 using RowDot = float (*)(const void* w, const void* xa, int64_t cols);
@@ -59,12 +61,12 @@ void oracle_rows(RowDot dot, const WeightView& w, int64_t r0, int64_t r1, const 
   }
 }
 
-void run(const WeightView& w, int64_t units, int64_t macs, ThreadPool* pool,
+void run(const WeightView& w, int64_t units, int64_t macs, ThreadPool* pool, int64_t min_grain,
          const std::function<void(int64_t, int64_t)>& fn) {
   if (pool == nullptr || pool->num_threads() == 1 || units < 2 || macs < kMinParallelMacs) {
     fn(0, units);
   } else {
-    pool->parallel_for_dynamic(units, dynamic_grain(units, pool), fn);
+    pool->parallel_for_dynamic(units, dynamic_grain(units, pool, min_grain), fn);
   }
 }
 
@@ -137,7 +139,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     make(0, num_tokens);
   }
   if (!repacked) {
-    return run(w, rows, macs, pool, [&](int64_t r0, int64_t r1) {
+    return run(w, rows, macs, pool, 1, [&](int64_t r0, int64_t r1) {
       oracle_rows(row_dot_for(tt, w.isa), w, r0, r1, xa, xa_rb, num_tokens, y);
     });
   }
@@ -145,7 +147,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t tile_bytes = kTileRows * w.row_bytes();
   const int64_t units = tiles + (oracle ? 1 : 0);
-  run(w, units, macs, pool, [&](int64_t u0, int64_t u1) {
+  run(w, units, macs, pool, num_tokens > kPrepareTokens ? 2 : 1, [&](int64_t u0, int64_t u1) {
     const int64_t t1 = std::min(u1, tiles);
     if (u0 < t1) kt.tiles(base + u0 * tile_bytes, t1 - u0, xp, cols, num_tokens, y + u0 * kTileRows, rows);
     if (u1 > tiles) oracle_rows(kt.row_dot, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
