@@ -309,15 +309,16 @@ TEST(Attention, HeadPairsEqualOneHeadAtATime) {
   }
 }
 
-// On AVX-512 CPUs (F32 cache, head_dim % 32 == 0, no window) a sequence with >= 4 tokens in the
-// batch runs in blocks of 16 tokens whose query heads share each key tile, transposed (lane =
-// key). The output equals the reference bit for bit: head sizes whose p . V is paired (32, 96) and
-// not (256), odd and even groups, a 70-token prefill (block and tile edges, a partial last block),
-// a 5-token chunk after 60 cached keys (blocked) next to a 3-token chunk (per token) and a decode
-// token, 1 and 3 threads, shuffled block tables.
+// With AVX2 (F32 cache, head_dim % 32 == 0, no window) a sequence with >= 4 tokens in the batch
+// runs in blocks of 16 tokens whose query heads share each key tile, transposed (lane = key: 8
+// keys per vector on AVX2, 16 on AVX-512). The output equals the reference bit for bit: head
+// sizes whose p . V is paired on AVX-512 (32, 96) and not (256), odd and even groups, a 70-token
+// prefill (block and tile edges, a partial last block), a 5-token chunk after 60 cached keys
+// (blocked) next to a 3-token chunk (per token) and a decode token, 1 and 3 threads, shuffled
+// block tables.
 TEST(Attention, QueryBlocksEqualTheReference) {
   Workspace ws;
-  if (cpu_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512: every token is attended alone";
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: every token is attended alone";
   Rng rng(23);
   ThreadPool pool(3);
   for (int64_t hd : {32, 96, 256}) {
@@ -327,39 +328,59 @@ TEST(Attention, QueryBlocksEqualTheReference) {
       const Batch b = make_batch(f, {0, 60, 37, 32});
       const std::vector<float> q = rng.vec(b.num_tokens() * num_heads * hd);
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      std::vector<float> ref(q.size()), one(q.size()), three(q.size());
+      std::vector<float> ref(q.size());
       paged_attention_ref(q.data(), f.kv, b.view(f), num_heads, scale, ref.data());
-      paged_attention(q.data(), f.kv, b.view(f), num_heads, scale, one.data(), nullptr, ws);
-      paged_attention(q.data(), f.kv, b.view(f), num_heads, scale, three.data(), &pool, ws);
-      ASSERT_EQ(std::memcmp(one.data(), ref.data(), q.size() * 4), 0) << "group " << group << " hd " << hd;
-      ASSERT_EQ(std::memcmp(three.data(), ref.data(), q.size() * 4), 0) << "group " << group << " hd " << hd;
+      for (Isa isa : usable_isas()) {
+        if (isa < Isa::kAvx2) continue;
+        KvLayerView kv = f.kv;
+        kv.isa = isa;
+        std::vector<float> one(q.size()), three(q.size());
+        paged_attention(q.data(), kv, b.view(f), num_heads, scale, one.data(), nullptr, ws);
+        paged_attention(q.data(), kv, b.view(f), num_heads, scale, three.data(), &pool, ws);
+        ASSERT_EQ(std::memcmp(one.data(), ref.data(), q.size() * 4), 0)
+            << isa_name(isa) << " group " << group << " hd " << hd;
+        ASSERT_EQ(std::memcmp(three.data(), ref.data(), q.size() * 4), 0)
+            << isa_name(isa) << " group " << group << " hd " << hd;
+      }
     }
   }
 }
 
 // The transposed key tile and its scores: each score equals avx2::dot_f32(key, q) times the scale,
-// bit for bit, with 1 to 16 keys (lanes past nk repeat the last key) and 1 or 2 queries.
+// bit for bit, with 1 to `lanes` keys (lanes past nk repeat the last key) and 1 or 2 queries, 8
+// lanes (AVX2) and 16 (AVX-512).
 TEST(Attention, KeyLaneScoresEqualPerKeyDot) {
-  if (cpu_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   Rng rng(29);
-  for (int64_t hd : {32, 64, 128}) {
-    const int64_t row = 3 * hd;
-    const std::vector<float> keys = rng.vec(20 * row, -2.0f, 2.0f), q = rng.vec(2 * hd, -2.0f, 2.0f);
-    for (int nk : {1, 7, 16}) {
-      std::vector<int64_t> off(16);
-      for (int j = 0; j < 16; ++j) off[j] = ((j * 7) % 20) * row + hd;  // scattered slots, kv head 1
-      alignas(64) float kt[128 * 16];
-      avx512::transpose_keys16(keys.data(), off.data(), nk, hd, kt);
-      for (int nq : {1, 2}) {
-        float s0[16], s1[16];
-        const float* qs[2] = {q.data(), q.data() + hd};
-        float* outs[2] = {s0, s1};
-        avx512::qk_scores_keys16(kt, hd, qs, nq, 0.3f, outs);
-        for (int i = 0; i < nq; ++i) {
-          for (int j = 0; j < 16; ++j) {
-            const float want = avx2::dot_f32(keys.data() + off[std::min(j, nk - 1)], qs[i], hd) * 0.3f;
-            ASSERT_EQ(std::memcmp(&outs[i][j], &want, 4), 0)
-                << "hd " << hd << " nk " << nk << " q " << i << " key " << j;
+  for (int lanes : {8, 16}) {
+    if (lanes == 16 && cpu_isa() < Isa::kAvx512) continue;
+    for (int64_t hd : {32, 64, 128}) {
+      const int64_t row = 3 * hd;
+      const std::vector<float> keys = rng.vec(20 * row, -2.0f, 2.0f), q = rng.vec(2 * hd, -2.0f, 2.0f);
+      for (int nk : {1, 7, lanes}) {
+        std::vector<int64_t> off(lanes);
+        for (int j = 0; j < lanes; ++j) off[j] = ((j * 7) % 20) * row + hd;  // scattered slots, kv head 1
+        alignas(64) float kt[128 * 16];
+        if (lanes == 16) {
+          avx512::transpose_keys16(keys.data(), off.data(), nk, hd, kt);
+        } else {
+          avx2::transpose_keys8(keys.data(), off.data(), nk, hd, kt);
+        }
+        for (int nq : {1, 2}) {
+          float s0[16], s1[16];
+          const float* qs[2] = {q.data(), q.data() + hd};
+          float* outs[2] = {s0, s1};
+          if (lanes == 16) {
+            avx512::qk_scores_keys16(kt, hd, qs, nq, 0.3f, outs);
+          } else {
+            avx2::qk_scores_keys8(kt, hd, qs, nq, 0.3f, outs);
+          }
+          for (int i = 0; i < nq; ++i) {
+            for (int j = 0; j < lanes; ++j) {
+              const float want = avx2::dot_f32(keys.data() + off[std::min(j, nk - 1)], qs[i], hd) * 0.3f;
+              ASSERT_EQ(std::memcmp(&outs[i][j], &want, 4), 0)
+                  << "lanes " << lanes << " hd " << hd << " nk " << nk << " q " << i << " key " << j;
+            }
           }
         }
       }

@@ -16,7 +16,7 @@
 //
 // Every (token, head) pair is computed alone, keys in order 0..pos (first..pos with a sliding
 // window of w keys, first = max(0, pos - w + 1); tiles start at first); (token, kv head) units are
-// dealt to threads round-robin (causal rows differ in length). On AVX-512 with an F32 cache, a
+// dealt to threads round-robin (causal rows differ in length). With AVX2 and an F32 cache, a
 // sequence with several tokens in the batch (a prefill or a chunk) runs in (block of 16 tokens,
 // kv head) units instead, whose queries share each key tile (run_query_block): the same tiles and
 // arithmetic per (token, head), so the same bits.
@@ -45,8 +45,8 @@ void check_kv(const KvLayerView& kv) {
 int64_t elem_bytes(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
 
 constexpr int64_t kKeyTile = 64;  // keys per online-softmax tile (4 blocks of 16)
-// Prefill on AVX-512 (query_blocks): a sequence with at least kMinBlockTokens tokens in the batch
-// runs in blocks of kQueryBlock tokens, whose query heads share each key tile.
+// Prefill (run_query_block): a sequence with at least kMinBlockTokens tokens in the batch runs in
+// blocks of kQueryBlock tokens, whose query heads share each key tile.
 constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kMinBlockTokens = 4;
 
@@ -205,22 +205,25 @@ void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
 // Per-thread scratch of run_query_block: the key tile transposed (lane = key) and the softmax
 // state of every (token, head) of a block.
 struct BlockScratch {
-  float* kt;          // [kKeyTile / 16][head_dim][16], 64-byte aligned
+  float* kt;          // [kKeyTile / lanes][head_dim][lanes], 64-byte aligned
   OnlineSoftmax* st;  // [kQueryBlock * group]
 };
 
 // Tokens [ta, tb) of one sequence (no sliding window, so every token's tiles start at key 0) x
-// the query heads of kv head g, F32 cache, AVX-512, head_dim % 32 == 0: for each key tile, its
-// keys are transposed once and scored against every query of the block (avx512::
-// qk_scores_keys16, the bits of qk_scores_pair_avx512), then each (token, head) takes the tile
-// exactly as the per-token path does (online_tile_pair / online_tile, same order of tiles): the
-// same bits, with each key loaded once per block instead of once per token and head pair.
+// the query heads of kv head g, F32 cache, head_dim % 32 == 0: for each key tile, its keys are
+// transposed once, `lanes` keys per vector (16 on AVX-512, 8 on AVX2), and scored against every
+// query of the block (qk_scores_keys16 / 8: the bits of avx2::dot_f32 per key, as the per-token
+// path), then each (token, head) takes the tile exactly as the per-token path does (online_tile,
+// or online_tile_pair on AVX-512; same order of tiles): the same bits, with each key loaded once
+// per block instead of once per token and head (pair).
 // offsets: [max position + 1] scratch; scores: [2 * kKeyTile]; tmp: [2 * head_dim].
 void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch& b, const int32_t* table, int64_t ta,
                      int64_t tb, int64_t g, int64_t num_heads, float scale, float* out, int64_t* offsets, float* scores,
                      float* tmp, const BlockScratch& bs) {
   const int64_t hd = kv.head_dim, row = kv.num_kv_heads * hd, group = num_heads / kv.num_kv_heads;
-  const bool pv_pair = avx512::pv_pair_supported(hd);
+  const bool wide = kv.isa >= Isa::kAvx512;
+  const int64_t lanes = wide ? 16 : 8;
+  const bool pv_pair = wide && avx512::pv_pair_supported(hd);
   const auto* k32 = static_cast<const float*>(kv.k) + g * hd;
   int64_t max_n = 0;
   for (int64_t t = ta; t < tb; ++t) max_n = std::max(max_n, b.positions[t] + 1);
@@ -231,9 +234,14 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
   };
   for (int64_t j0 = 0; j0 < max_n; j0 += kKeyTile) {
     const int64_t j1 = std::min(max_n, j0 + kKeyTile);
-    for (int64_t c = 0; j0 + 16 * c < j1; ++c) {
-      const int nk = static_cast<int>(std::min<int64_t>(16, j1 - j0 - 16 * c));
-      avx512::transpose_keys16(k32, offsets + j0 + 16 * c, nk, hd, bs.kt + c * 16 * hd);
+    for (int64_t c = 0; j0 + lanes * c < j1; ++c) {
+      const int nk = static_cast<int>(std::min(lanes, j1 - j0 - lanes * c));
+      float* kt = bs.kt + c * lanes * hd;
+      if (wide) {
+        avx512::transpose_keys16(k32, offsets + j0 + lanes * c, nk, hd, kt);
+      } else {
+        avx2::transpose_keys8(k32, offsets + j0 + lanes * c, nk, hd, kt);
+      }
     }
     for (int64_t t = ta; t < tb; ++t) {
       const int64_t e = std::min(b.positions[t] + 1, j1);  // this token's keys of the tile: [j0, e)
@@ -242,9 +250,14 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
         const bool pair = h + 1 < (g + 1) * group;
         const Problem p0 = problem(t, h);
         const float* qs[2] = {p0.q, p0.q + hd};
-        for (int64_t c = 0; j0 + 16 * c < e; ++c) {
-          float* outs[2] = {scores + 16 * c, scores + kKeyTile + 16 * c};
-          avx512::qk_scores_keys16(bs.kt + c * 16 * hd, hd, qs, pair ? 2 : 1, scale, outs);
+        for (int64_t c = 0; j0 + lanes * c < e; ++c) {
+          float* outs[2] = {scores + lanes * c, scores + kKeyTile + lanes * c};
+          const float* kt = bs.kt + c * lanes * hd;
+          if (wide) {
+            avx512::qk_scores_keys16(kt, hd, qs, pair ? 2 : 1, scale, outs);
+          } else {
+            avx2::qk_scores_keys8(kt, hd, qs, pair ? 2 : 1, scale, outs);
+          }
         }
         OnlineSoftmax& st0 = bs.st[(t - ta) * group + (h - g * group)];
         if (!pair) {
@@ -311,20 +324,20 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   // Pairs of query heads share each key load on AVX-512 CPUs (F32 KV cache; same bits).
   const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && kv.isa >= Isa::kAvx512;
   const bool pv_pair = pair512 && avx512::pv_pair_supported(hd);
-  // Prefill blocks (run_query_block): sequences of >= kMinBlockTokens tokens here, when every
-  // token's tiles start at key 0.
-  const bool blocks512 = pair512 && hd % 32 == 0 && b.sliding_window == 0;
+  // Prefill blocks (run_query_block): sequences of >= kMinBlockTokens tokens here, F32 cache,
+  // when every token's tiles start at key 0.
+  const bool blocks = kSimd && kv.dtype == GgmlType::F32 && hd % 32 == 0 && b.sliding_window == 0;
   const int max_threads = pool != nullptr ? pool->num_threads() : 1;
   // Scratch in ws: seq [num_tokens] (sequence of each token; -1 - s for a token of a block
   // sequence), block_start [num_tokens + 1] (the blocks' first tokens, then the end), then per
   // thread tmp [2, head_dim] f32, offsets [max_keys] (key offsets of the thread's current token or
   // block) and, with blocks, BlockScratch's arrays.
   const int64_t seq_bytes = round64(num_tokens * int64_t{sizeof(int32_t)});
-  const int64_t start_bytes = blocks512 ? round64((num_tokens + 1) * int64_t{sizeof(int64_t)}) : 0;
+  const int64_t start_bytes = blocks ? round64((num_tokens + 1) * int64_t{sizeof(int64_t)}) : 0;
   const int64_t tmp_bytes = round64(2 * hd * int64_t{sizeof(float)});
   const int64_t offsets_bytes = round64(max_keys * int64_t{sizeof(int64_t)});
-  const int64_t kt_bytes = blocks512 ? round64(kKeyTile * hd * int64_t{sizeof(float)}) : 0;
-  const int64_t st_bytes = blocks512 ? round64(kQueryBlock * group * int64_t{sizeof(OnlineSoftmax)}) : 0;
+  const int64_t kt_bytes = blocks ? round64(kKeyTile * hd * int64_t{sizeof(float)}) : 0;
+  const int64_t st_bytes = blocks ? round64(kQueryBlock * group * int64_t{sizeof(OnlineSoftmax)}) : 0;
   const int64_t thread_bytes = tmp_bytes + offsets_bytes + kt_bytes + st_bytes;
   auto* scratch =
       static_cast<uint8_t*>(ws.get(Workspace::kAttention, seq_bytes + start_bytes + max_threads * thread_bytes));
@@ -333,7 +346,7 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   int64_t num_blocks = 0;
   for (int64_t s = 0; s < b.num_seqs; ++s) {
     const int64_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
-    const bool blocked = blocks512 && q1 - q0 >= kMinBlockTokens;
+    const bool blocked = blocks && q1 - q0 >= kMinBlockTokens;
     for (int64_t t = q0; t < q1; ++t) seq[t] = static_cast<int32_t>(blocked ? -1 - s : s);
     if (blocked) {
       for (int64_t t = q0; t < q1; t += kQueryBlock) block_start[num_blocks++] = t;

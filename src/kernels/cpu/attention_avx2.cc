@@ -178,4 +178,60 @@ void convert_f32_to_f16(const float* x, uint16_t* out, int64_t n) {
   for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
+namespace {
+
+// NQ queries x the 8 transposed keys of kt: dot_tile's chains with lane = key. Chain c of a step
+// of 32 (c = 8 a + l: accumulator a, lane l there) is C_c = fma over the steps s of
+// kt[32 s + c] x q[32 s + c], from 0; then v_l = (C_l + C_{8+l}) + (C_{16+l} + C_{24+l}) and
+// hsum8's tree over l: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
+template <int NQ>
+void qk_keys8(const float* kt, int64_t hd, const float* const* q, float scale, float* const* out) {
+  const int64_t steps = hd / 32;
+  auto chain = [&](int c, __m256(&acc)[NQ]) {
+    for (int i = 0; i < NQ; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t e = 32 * s + c;
+      const __m256 k = _mm256_load_ps(kt + e * 8);
+      for (int i = 0; i < NQ; ++i) acc[i] = _mm256_fmadd_ps(k, _mm256_broadcast_ss(q[i] + e), acc[i]);
+    }
+  };
+  auto lane_sum = [&](int l, __m256(&v)[NQ]) {  // v_l
+    __m256 c0[NQ], c1[NQ];
+    chain(l, c0);
+    chain(8 + l, c1);
+    for (int i = 0; i < NQ; ++i) v[i] = _mm256_add_ps(c0[i], c1[i]);
+    chain(16 + l, c0);
+    chain(24 + l, c1);
+    for (int i = 0; i < NQ; ++i) v[i] = _mm256_add_ps(v[i], _mm256_add_ps(c0[i], c1[i]));
+  };
+  __m256 s4[4][NQ];
+  for (int l = 0; l < 4; ++l) {
+    __m256 a[NQ], b[NQ];
+    lane_sum(l, a);
+    lane_sum(4 + l, b);
+    for (int i = 0; i < NQ; ++i) s4[l][i] = _mm256_add_ps(a[i], b[i]);
+  }
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int i = 0; i < NQ; ++i) {
+    const __m256 d = _mm256_add_ps(_mm256_add_ps(s4[0][i], s4[2][i]), _mm256_add_ps(s4[1][i], s4[3][i]));
+    _mm256_storeu_ps(out[i], _mm256_mul_ps(d, sc));
+  }
+}
+
+}  // namespace
+
+void transpose_keys8(const float* k, const int64_t* off, int nk, int64_t hd, float* kt) {
+  for (int64_t e0 = 0; e0 < hd; e0 += 8) {
+    __m256 r[8];
+    for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(k + off[j < nk ? j : nk - 1] + e0);
+    simd::transpose8(r);
+    for (int e = 0; e < 8; ++e) _mm256_store_ps(kt + (e0 + e) * 8, r[e]);
+  }
+}
+
+void qk_scores_keys8(const float* kt, int64_t hd, const float* const* q, int nq, float scale, float* const* out) {
+  if (nq == 2) return qk_keys8<2>(kt, hd, q, scale, out);
+  qk_keys8<1>(kt, hd, q, scale, out);
+}
+
 }  // namespace pagellm::kernels::avx2

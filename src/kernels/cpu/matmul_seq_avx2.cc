@@ -197,25 +197,6 @@ float round1(float v) {
   return v;
 }
 
-// r[i] = element i of rows 0..7 (the 8 x 8 transpose of rows r[0..8)).
-inline void transpose8(__m256 (&r)[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {  // u[4 i + m], 128-bit half L: element 4 L + m of rows 4 i .. 4 i + 3
-    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  for (int m = 0; m < 4; ++m) {
-    r[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
-    r[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
-  }
-}
-
 template <GgmlType T>
 void pack_tile(const float* x, int m, int64_t n, float* tile) {
   int64_t k = 0;
@@ -228,7 +209,7 @@ void pack_tile(const float* x, int m, int64_t n, float* tile) {
           r[i] = i < g ? _mm256_loadu_ps(x + (t0 + i) * n + k) : _mm256_setzero_ps();
           if constexpr (T == GgmlType::F16) r[i] = _mm256_cvtph_ps(_mm256_cvtps_ph(r[i], _MM_FROUND_TO_NEAREST_INT));
         }
-        transpose8(r);
+        simd::transpose8(r);
         if (g == 8) {
           for (int j = 0; j < 8; ++j) _mm256_storeu_ps(tile + (k + j) * m + t0, r[j]);
         } else {

@@ -34,6 +34,25 @@ inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(ref::kExpMin), _CMP_LT_OQ), v);
 }
 
+// r[i] = element i of rows 0..7 (the 8 x 8 transpose of rows r[0..8)).
+inline void transpose8(__m256 (&r)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {  // u[4 i + m], 128-bit half L: element 4 L + m of rows 4 i .. 4 i + 3
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) {
+    r[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
+    r[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+  }
+}
+
 // Loads of weight elements as f32 (exact), one struct per element type:
 // load8(p) = elements p[0 .. 8) in a ymm, scalar(p) = p[0].
 struct F32Load {
