@@ -316,8 +316,6 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
                 "num_heads " + std::to_string(num_heads) + " num_kv_heads " + std::to_string(kv.num_kv_heads));
   int64_t max_keys = 0;
   const int64_t num_tokens = check_batch(kv, b, &max_keys);
-  // Scratch in ws: seq [num_tokens] (sequence of each token), then per thread tmp [2, head_dim] f32
-  // and offsets [max_keys] (key offsets of the thread's current token).
   const int64_t group = num_heads / kv.num_kv_heads;
   const int64_t hd = kv.head_dim;
   const int64_t row = kv.num_kv_heads * hd;  // elements per slot
@@ -329,11 +327,11 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   const bool blocks = kSimd && kv.dtype == GgmlType::F32 && hd % 32 == 0 && b.sliding_window == 0;
   const int max_threads = pool != nullptr ? pool->num_threads() : 1;
   // Scratch in ws: seq [num_tokens] (sequence of each token; -1 - s for a token of a block
-  // sequence), block_start [num_tokens + 1] (the blocks' first tokens, then the end), then per
+  // sequence), block_start [num_tokens] (the first token of each block), then per
   // thread tmp [2, head_dim] f32, offsets [max_keys] (key offsets of the thread's current token or
   // block) and, with blocks, BlockScratch's arrays.
   const int64_t seq_bytes = round64(num_tokens * int64_t{sizeof(int32_t)});
-  const int64_t start_bytes = blocks ? round64((num_tokens + 1) * int64_t{sizeof(int64_t)}) : 0;
+  const int64_t start_bytes = blocks ? round64(num_tokens * int64_t{sizeof(int64_t)}) : 0;
   const int64_t tmp_bytes = round64(2 * hd * int64_t{sizeof(float)});
   const int64_t offsets_bytes = round64(max_keys * int64_t{sizeof(int64_t)});
   const int64_t kt_bytes = blocks ? round64(kKeyTile * hd * int64_t{sizeof(float)}) : 0;
