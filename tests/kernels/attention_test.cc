@@ -334,6 +334,9 @@ TEST(Attention, QueryBlocksEqualTheReference) {
         if (isa < Isa::kAvx2) continue;
         KvLayerView kv = f.kv;
         kv.isa = isa;
+        // 6 blocks (5 of the prefill, 1 of the 5-token chunk) x 2 kv heads, >= 2 per thread.
+        ASSERT_EQ(paged_attention_block_units(kv, b.view(f), nullptr), 12);
+        ASSERT_EQ(paged_attention_block_units(kv, b.view(f), &pool), 12);
         std::vector<float> one(q.size()), three(q.size());
         paged_attention(q.data(), kv, b.view(f), num_heads, scale, one.data(), nullptr, ws);
         paged_attention(q.data(), kv, b.view(f), num_heads, scale, three.data(), &pool, ws);
@@ -344,6 +347,38 @@ TEST(Attention, QueryBlocksEqualTheReference) {
       }
     }
   }
+}
+
+// Too few blocks to keep the threads busy (a 16-token chunk, one kv head, 3 threads: 1 unit)
+// falls back to one token at a time; the same bits as the reference either way. Not on a F16
+// cache, a head size that is no multiple of 32, or with a sliding window.
+TEST(Attention, QueryBlocksOnlyWhereTheyPay) {
+  Workspace ws;
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: every token is attended alone";
+  Rng rng(31);
+  ThreadPool pool(3);
+  Fixture f(GgmlType::F32, 1, 64, 16, {40}, rng);
+  const Batch b = make_batch(f, {24});
+  EXPECT_EQ(paged_attention_block_units(f.kv, b.view(f), &pool), 0);
+  EXPECT_EQ(paged_attention_block_units(f.kv, b.view(f), nullptr), 0);  // 1 unit < 2
+  const Batch whole = make_batch(f, {0});  // 3 blocks: enough for one thread, not for three
+  EXPECT_EQ(paged_attention_block_units(f.kv, whole.view(f), nullptr), 3);
+  EXPECT_EQ(paged_attention_block_units(f.kv, whole.view(f), &pool), 0);
+  const std::vector<float> q = rng.vec(b.num_tokens() * 4 * 64);
+  std::vector<float> ref(q.size()), fast(q.size());
+  paged_attention_ref(q.data(), f.kv, b.view(f), 4, 0.125f, ref.data());
+  paged_attention(q.data(), f.kv, b.view(f), 4, 0.125f, fast.data(), &pool, ws);
+  EXPECT_EQ(std::memcmp(fast.data(), ref.data(), q.size() * 4), 0);
+  Fixture f16(GgmlType::F16, 2, 64, 16, {70}, rng);
+  EXPECT_EQ(paged_attention_block_units(f16.kv, make_batch(f16, {0}).view(f16), nullptr), 0);
+  Fixture f40(GgmlType::F32, 2, 40, 16, {70}, rng);
+  EXPECT_EQ(paged_attention_block_units(f40.kv, make_batch(f40, {0}).view(f40), nullptr), 0);
+  Fixture f64(GgmlType::F32, 2, 64, 16, {70}, rng);
+  const Batch b64 = make_batch(f64, {0});
+  EXPECT_EQ(paged_attention_block_units(f64.kv, b64.view(f64), nullptr), 10);
+  AttentionBatch windowed = b64.view(f64);
+  windowed.sliding_window = 32;
+  EXPECT_EQ(paged_attention_block_units(f64.kv, windowed, nullptr), 0);
 }
 
 // The transposed key tile and its scores: each score equals avx2::dot_f32(key, q) times the scale,

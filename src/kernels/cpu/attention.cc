@@ -16,11 +16,13 @@
 //
 // Every (token, head) pair is computed alone, keys in order 0..pos (first..pos with a sliding
 // window of w keys, first = max(0, pos - w + 1); tiles start at first); (token, kv head) units are
-// dealt to threads round-robin (causal rows differ in length). With AVX2 and an F32 cache, a
-// sequence with several tokens in the batch (a prefill or a chunk) runs in (block of 16 tokens,
-// kv head) units instead, whose queries share each key tile (run_query_block): the same tiles and
-// arithmetic per (token, head), so the same bits.
+// dealt to threads round-robin (causal rows differ in length). With AVX2, an F32 cache, head_dim
+// % 32 == 0 and no sliding window, a sequence with >= 4 tokens in the batch (a prefill or a
+// chunk) runs in (block of 16 tokens, kv head) units instead, when there are at least 2 of those
+// per thread; their queries share each key tile (run_query_block): the same tiles and arithmetic
+// per (token, head), so the same bits.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -283,6 +285,22 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
   }
 }
 
+// The (block, kv head) units of run_query_block for this batch on `max_threads` threads: the
+// sequences with >= kMinBlockTokens tokens here, in blocks of kQueryBlock, when the cache is F32
+// on AVX2 or wider kernels, head_dim % 32 == 0 and there is no sliding window (every token's
+// tiles start at key 0); 0 unless there are at least 2 units per thread (a short chunk of a model
+// with one kv head would be a single unit, one busy thread). The batch is checked already.
+int64_t query_block_units(const KvLayerView& kv, const AttentionBatch& b, int max_threads) {
+  if (kv.isa < Isa::kAvx2 || kv.dtype != GgmlType::F32 || kv.head_dim % 32 != 0 || b.sliding_window != 0) return 0;
+  int64_t blocks = 0;
+  for (int64_t s = 0; s < b.num_seqs; ++s) {
+    const int64_t len = b.query_start_loc[s + 1] - b.query_start_loc[s];
+    if (len >= kMinBlockTokens) blocks += (len + kQueryBlock - 1) / kQueryBlock;
+  }
+  const int64_t units = blocks * kv.num_kv_heads;
+  return units >= 2 * int64_t{max_threads} ? units : 0;
+}
+
 // The shape checks of the batch; returns the number of tokens and sets *max_keys to the longest
 // key range (position + 1) of any token.
 int64_t check_batch(const KvLayerView& kv, const AttentionBatch& b, int64_t* max_keys) {
@@ -322,20 +340,19 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   // Pairs of query heads share each key load on AVX-512 CPUs (F32 KV cache; same bits).
   const bool pair512 = kSimd && kv.dtype == GgmlType::F32 && kv.isa >= Isa::kAvx512;
   const bool pv_pair = pair512 && avx512::pv_pair_supported(hd);
-  // Prefill blocks (run_query_block): sequences of >= kMinBlockTokens tokens here, F32 cache,
-  // when every token's tiles start at key 0.
-  const bool blocks = kSimd && kv.dtype == GgmlType::F32 && hd % 32 == 0 && b.sliding_window == 0;
   const int max_threads = pool != nullptr ? pool->num_threads() : 1;
+  // Prefill blocks (run_query_block) for this batch?
+  const bool use_blocks = kSimd && query_block_units(kv, b, max_threads) > 0;
   // Scratch in ws: seq [num_tokens] (sequence of each token; -1 - s for a token of a block
   // sequence), block_start [num_tokens] (the first token of each block), then per
   // thread tmp [2, head_dim] f32, offsets [max_keys] (key offsets of the thread's current token or
   // block) and, with blocks, BlockScratch's arrays.
   const int64_t seq_bytes = round64(num_tokens * int64_t{sizeof(int32_t)});
-  const int64_t start_bytes = blocks ? round64(num_tokens * int64_t{sizeof(int64_t)}) : 0;
+  const int64_t start_bytes = use_blocks ? round64(num_tokens * int64_t{sizeof(int64_t)}) : 0;
   const int64_t tmp_bytes = round64(2 * hd * int64_t{sizeof(float)});
   const int64_t offsets_bytes = round64(max_keys * int64_t{sizeof(int64_t)});
-  const int64_t kt_bytes = blocks ? round64(kKeyTile * hd * int64_t{sizeof(float)}) : 0;
-  const int64_t st_bytes = blocks ? round64(kQueryBlock * group * int64_t{sizeof(OnlineSoftmax)}) : 0;
+  const int64_t kt_bytes = use_blocks ? round64(kKeyTile * hd * int64_t{sizeof(float)}) : 0;
+  const int64_t st_bytes = use_blocks ? round64(kQueryBlock * group * int64_t{sizeof(OnlineSoftmax)}) : 0;
   const int64_t thread_bytes = tmp_bytes + offsets_bytes + kt_bytes + st_bytes;
   auto* scratch =
       static_cast<uint8_t*>(ws.get(Workspace::kAttention, seq_bytes + start_bytes + max_threads * thread_bytes));
@@ -344,17 +361,19 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
   int64_t num_blocks = 0;
   for (int64_t s = 0; s < b.num_seqs; ++s) {
     const int64_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
-    const bool blocked = blocks && q1 - q0 >= kMinBlockTokens;
+    const bool blocked = use_blocks && q1 - q0 >= kMinBlockTokens;
     for (int64_t t = q0; t < q1; ++t) seq[t] = static_cast<int32_t>(blocked ? -1 - s : s);
     if (blocked) {
       for (int64_t t = q0; t < q1; t += kQueryBlock) block_start[num_blocks++] = t;
     }
   }
-  // Units of (token, kv head), tokens of the other sequences: the key offsets are computed once
-  // per unit and serve the `group` query heads that share the kv head; then units of (block, kv
-  // head). Each kind is dealt to threads round-robin.
+  // Units of (block, kv head), taken by whichever thread is free, the last blocks (the longest
+  // key ranges) first; then units of (token, kv head) for the other sequences' tokens, dealt
+  // round-robin: their key offsets are computed once per unit and serve the `group` query heads
+  // that share the kv head. No unit's result depends on the thread that runs it.
   const int64_t num_units = num_tokens * kv.num_kv_heads;
   const int64_t num_block_units = num_blocks * kv.num_kv_heads;
+  std::atomic<int64_t> next_block_unit{0};
   auto work = [&](int thread, int num_threads) {
     float scores[2 * kKeyTile];  // one tile of scores for each of two heads
     uint8_t* mine = scratch + seq_bytes + start_bytes + thread * thread_bytes;
@@ -362,7 +381,8 @@ void attention_impl(const float* q, const KvLayerView& kv, const AttentionBatch&
     auto* offsets = reinterpret_cast<int64_t*>(mine + tmp_bytes);
     const BlockScratch bs{reinterpret_cast<float*>(mine + tmp_bytes + offsets_bytes),
                           reinterpret_cast<OnlineSoftmax*>(mine + tmp_bytes + offsets_bytes + kt_bytes)};
-    for (int64_t u = thread; u < num_block_units; u += num_threads) {
+    for (int64_t i; (i = next_block_unit.fetch_add(1, std::memory_order_relaxed)) < num_block_units;) {
+      const int64_t u = num_block_units - 1 - i;
       const int64_t blk = u / kv.num_kv_heads, g = u % kv.num_kv_heads;
       const int64_t ta = block_start[blk], s = -1 - seq[ta];
       const int64_t tb = std::min(ta + kQueryBlock, b.query_start_loc[s + 1]);
@@ -470,6 +490,13 @@ float softmax_tile(float* s, int64_t n, float m_in, double* sum) {
 }
 
 }  // namespace ref
+
+int64_t paged_attention_block_units(const KvLayerView& kv, const AttentionBatch& batch, const ThreadPool* pool) {
+  check_kv(kv);
+  int64_t max_keys = 0;
+  check_batch(kv, batch, &max_keys);
+  return query_block_units(kv, batch, pool != nullptr ? pool->num_threads() : 1);
+}
 
 void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
                          float scale, float* out) {

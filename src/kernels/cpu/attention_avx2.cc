@@ -3,7 +3,9 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <string>
 
+#include "core/error.h"
 #include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -230,6 +232,7 @@ void transpose_keys8(const float* k, const int64_t* off, int nk, int64_t hd, flo
 }
 
 void qk_scores_keys8(const float* kt, int64_t hd, const float* const* q, int nq, float scale, float* const* out) {
+  PAGELLM_CHECK(hd % 32 == 0 && (nq == 1 || nq == 2), "qk_scores_keys8: hd " + std::to_string(hd));
   if (nq == 2) return qk_keys8<2>(kt, hd, q, scale, out);
   qk_keys8<1>(kt, hd, q, scale, out);
 }

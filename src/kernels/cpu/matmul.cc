@@ -37,8 +37,9 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
 // Work units per chunk handed to a free thread: ~8 chunks per thread, so a thread whose CPU is
 // slower (another tenant on a shared VM) takes fewer of them instead of holding everyone up.
-// min_grain: 2 for the tiles of a prefill, whose kernels run 2 tiles x a token tile at once (a
-// single tile's kernel loads a weight vector per 12 FMAs instead of per 24).
+// min_grain: 2 for the tiles of a prefill: the AVX-512 float kernels run 2 tiles x a token tile
+// at once (a single tile's kernel loads a weight vector per 12 FMAs instead of per 24); the other
+// kernels take a tile at a time, where the grain changes nothing but the chunking.
 int64_t dynamic_grain(int64_t units, const ThreadPool* pool, int64_t min_grain) {
   return std::max<int64_t>(min_grain, units / (8 * pool->num_threads()));
 }

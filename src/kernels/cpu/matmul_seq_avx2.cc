@@ -144,10 +144,10 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     return;
   }
   // From kConvertTiles token tiles on (prefill), each chunk of weights is first converted to f32
-  // (exact) in L1, so the token tiles' inner loops load floats instead of converting every step.
+  // (exact, into wf: L2), so the token tiles' inner loops load floats instead of converting every
+  // step. Fewer tokens: the first token tile (which reads the weights from DRAM, converting them
+  // as it goes) leaves the f32 chunk in wf for the others (a separate pass costs more here).
   const bool convert = !std::is_same_v<L, F32S> && num_tokens > (kConvertTiles - 1) * kSeqTileTokens;
-  // Fewer tokens: the first token tile (which reads the weights from DRAM, converting them as it
-  // goes) leaves the f32 chunk in L1 for the others (a separate conversion pass costs more here).
   const bool stage = !std::is_same_v<L, F32S> && !convert;
   alignas(64) float wf[16 * kSeqChunk];
   for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {

@@ -191,8 +191,9 @@ void write_kv(const KvLayerView& kv, const float* k, const float* v, const int64
 // GQA: query head h reads kv head h / (num_heads / num_kv_heads). scale is usually 1/sqrt(head_dim).
 // Keys in tiles of 64 positions with an online softmax (FlashAttention, Dao et al. 2022; math in
 // attention.cc): scratch per thread is one tile of scores plus head_dim floats and the key offsets
-// of one token, in ws (slot kAttention). Reduction order over key positions is 0..pos for every
-// token, independent of the batch.
+// of one token (or of a block of a prefill's tokens, with the block's transposed key tile,
+// 64 x head_dim floats, and softmax states), in ws (slot kAttention). Reduction order over key positions is 0..pos for
+// every token, independent of the batch.
 struct AttentionBatch {
   const int64_t* query_start_loc = nullptr;
   const int64_t* positions = nullptr;
@@ -207,5 +208,10 @@ void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch
                      float* out, ThreadPool* pool, Workspace& ws);
 void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
                          float scale, float* out);
+// How many (block of 16 tokens, kv head) units paged_attention runs for this batch on `pool`, the
+// prefill path whose query heads share each key tile (attention.cc, run_query_block); 0 when every
+// token is attended alone. The same bits either way; for tests and tuning. Checks as
+// paged_attention (aborts).
+int64_t paged_attention_block_units(const KvLayerView& kv, const AttentionBatch& batch, const ThreadPool* pool);
 
 }  // namespace pagellm::kernels
