@@ -84,7 +84,9 @@ void matmul_args(benchmark::internal::Benchmark* b) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
                      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                      GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
-    for (int64_t m : {1, 16, 64}) {
+    for (int64_t m : {1, 16, 64, 512}) {
+      const bool is_float = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+      if (m == 512 && !is_float) continue;  // a prefill's float tiles (K chunks, conversion)
       for (int64_t threads : {1, 2}) {
         for (int64_t shape : {0, 1}) {
           for (Isa isa : usable_isas()) {

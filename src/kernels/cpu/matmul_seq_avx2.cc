@@ -11,12 +11,14 @@
 // 1 broadcast: per step 2 weight loads, 6 broadcasts, 12 FMAs. Several tiles share a step when
 // there are fewer tokens, so a decode GEMV still has 8 independent FMA chains.
 //
-// Blocking for many tokens (prefill): K in chunks of kSeqChunk steps; for each chunk, each tile
-// of a block of kSeqBlockTiles tiles runs every token tile with its chunk of weights in L2
-// (16 x 2048 x 4 bytes once converted to f32). Accumulators are parked in y between chunks and
-// reloaded: the chain of each output continues exactly where it stopped. Those reloads cost more
-// than streaming long chunks from L2: an F16 pp512 on a Zen 5 VM (AVX2 kernels) ran 256 -> 512
-// -> 2048 steps at about 83, 87, 90 tokens/s (interleaved runs).
+// Blocking for many tokens (prefill): K in equal chunks of at most kSeqChunk steps; for each
+// chunk, each tile of a block of kSeqBlockTiles tiles runs every token tile with its chunk of
+// weights in L2 (16 x 6144 x 4 bytes at most once converted to f32). Accumulators are parked in y
+// between chunks and reloaded: the chain of each output continues exactly where it stopped. Those
+// reloads cost more than streaming long chunks from L2 (y's rows are far apart, so the parked
+// sums come back from L3): an F16 pp512 on a Zen 5 VM (AVX2 kernels) ran 256 -> 512 -> 2048 steps
+// at about 83, 87, 90 tokens/s (interleaved runs), and one chunk for ffn_down's 5632 columns
+// instead of three about 1.7% faster again (its BM_Matmul at 512 tokens 68-77 -> 80-86 GFLOP/s).
 //
 // Compiled with -O3 (CMakeLists.txt): at -O2 GCC 12 keeps the accumulator arrays on the stack.
 #include <immintrin.h>
@@ -31,7 +33,7 @@
 namespace pagellm::kernels::avx2 {
 namespace {
 
-constexpr int64_t kSeqChunk = 2048;
+constexpr int64_t kSeqChunk = 6144;  // wf: 384 KiB of stack
 constexpr int64_t kSeqBlockTiles = 4;
 constexpr int64_t kPrefetchBytes = 8192;
 constexpr int64_t kConvertTiles = 6;
@@ -150,10 +152,11 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
   const bool convert = !std::is_same_v<L, F32S> && num_tokens > (kConvertTiles - 1) * kSeqTileTokens;
   const bool stage = !std::is_same_v<L, F32S> && !convert;
   alignas(64) float wf[16 * kSeqChunk];
+  const int64_t chunks = (n + kSeqChunk - 1) / kSeqChunk, chunk = (n + chunks - 1) / chunks;
   for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
     const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
-    for (int64_t k0 = 0; k0 < n; k0 += kSeqChunk) {
-      const int64_t k1 = std::min(n, k0 + kSeqChunk);
+    for (int64_t k0 = 0; k0 < n; k0 += chunk) {
+      const int64_t k1 = std::min(n, k0 + chunk);
       for (int64_t i = b0; i < b1; ++i) {
         if (convert) {
           const typename L::T* wc = w + i * tile_elems;
