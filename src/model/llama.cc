@@ -169,7 +169,7 @@ void LlamaModel::for_tokens(int64_t num_tokens, const std::function<void(int64_t
 }
 
 void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBatch& b, KvCache& kv_cache,
-                                 kc::Workspace& ws) {
+                                 kc::Workspace& ws, const std::vector<int64_t>* keep) {
   const LlamaConfig& c = config_;
   const int64_t n = b.num_tokens();
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
@@ -234,8 +234,21 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
     scale = 1.0f;
   }
   kc::paged_attention(q_.data(), view, ab, c.num_attention_heads, scale, attn_.data(), pool_, ws);
-  kc::matmul(l.wo, attn_.data(), n, out_.data(), pool_, ws);
-  residual_add(l.post_attn_norm, n);
+  int64_t m = n;  // rows that go on
+  if (keep != nullptr) {
+    // Rows keep[j] (ascending, so keep[j] >= j and no row is overwritten before it is read) of
+    // attn_ and x_ move to row j.
+    m = static_cast<int64_t>(keep->size());
+    const int64_t h = c.hidden_size;
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t r = (*keep)[j];
+      if (r == j) continue;
+      std::copy(&attn_[r * q_dim], &attn_[(r + 1) * q_dim], &attn_[j * q_dim]);
+      std::copy(&x_[r * h], &x_[(r + 1) * h], &x_[j * h]);
+    }
+  }
+  kc::matmul(l.wo, attn_.data(), m, out_.data(), pool_, ws);
+  residual_add(l.post_attn_norm, m);
 }
 
 void LlamaModel::residual_add(const float* post_norm, int64_t n) {
@@ -315,13 +328,23 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, kc::Workspace
   }
   const auto num_layers = static_cast<int32_t>(layers_.size());
   PAGELLM_CHECK(b.num_layers >= 0 && b.num_layers <= num_layers, "num_layers outside [0, num_hidden_layers]");
-  for (int32_t i = 0; i < (b.num_layers > 0 ? b.num_layers : num_layers); ++i) {
-    attention_block(layers_[i], i, b, kv_cache, ws);
-    mlp_block(layers_[i], n, ws);
-  }
-  // Final norm only for the rows whose logits are wanted.
+  // The last layer run needs every token's K/V and attention (written and read there), but its
+  // output projection, MLP and the final norm only for the rows whose logits are wanted (a
+  // prompt's last token; none for a chunk in the middle of a prompt). When those rows ascend,
+  // they move to the front after attention and only they go on. Each row's arithmetic does not
+  // depend on the batch (kernels::matmul), so the logits keep their bits.
   const int64_t num_logits = static_cast<int64_t>(b.logits_indices.size());
-  const BlockQ8_0* xq = norm_for({&output_}, output_norm_, b.logits_indices.data(), num_logits);
+  bool trim = num_logits < n;
+  for (int64_t j = 1; trim && j < num_logits; ++j) trim = b.logits_indices[j - 1] < b.logits_indices[j];
+  const int32_t run = b.num_layers > 0 ? b.num_layers : num_layers;
+  for (int32_t i = 0; i < run; ++i) {
+    const bool last = trim && i == run - 1;
+    attention_block(layers_[i], i, b, kv_cache, ws, last ? &b.logits_indices : nullptr);
+    mlp_block(layers_[i], last ? num_logits : n, ws);
+  }
+  // Final norm only for the rows whose logits are wanted (rows 0 .. num_logits - 1 when trimmed).
+  const int64_t* rows = trim && run > 0 ? nullptr : b.logits_indices.data();
+  const BlockQ8_0* xq = norm_for({&output_}, output_norm_, rows, num_logits);
   logits.resize(num_logits * c.vocab_size);
   kc::matmul(output_, xn_.data(), num_logits, logits.data(), pool_, ws, xq);
 }

@@ -78,8 +78,10 @@ class LlamaModel {
   const float* bind_norm(const GgufFile& f, const std::string& name, int64_t n = 0);
   void bind_layer(const GgufFile& f, int64_t i);
   void check_batch(const ForwardBatch& batch, const KvCache& kv_cache) const;
+  // Attention, output projection and residual of one layer. keep (ascending token indices, or
+  // nullptr for all): after attention, only these rows go on, moved to rows 0 .. size - 1 of x_.
   void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache,
-                       kernels::Workspace& ws);
+                       kernels::Workspace& ws, const std::vector<int64_t>* keep = nullptr);
   void mlp_block(const Layer& l, int64_t num_tokens, kernels::Workspace& ws);
   // x_ += out_ rows, after the post norm when there is one (post_norms).
   void residual_add(const float* post_norm, int64_t num_tokens);

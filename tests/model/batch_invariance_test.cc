@@ -118,6 +118,65 @@ TEST_P(BatchInvariance, AloneVsBatchedVsChunked) {
   std::filesystem::remove(path);
 }
 
+// After the last layer's attention only the rows whose logits are wanted go on (LlamaModel::
+// forward): a prompt's middle chunks want none, its last chunk one row. Those rows keep the bits
+// of a batch that wants every row (where nothing is left out), and the KV cache written on the way
+// is the same (the decode steps after the prompts read it).
+TEST(BatchInvariance, OnlyTheWantedRowsGoOnAfterTheLastAttention) {
+  for (GgmlType dtype : {GgmlType::F32, GgmlType::Q4_0}) {
+    const std::string path = make_model(dtype, "tiny-gqa-wide");
+    auto file = GgufFile::open(path);
+    ThreadPool pool2(2);
+    LlamaModel model(*file, &pool2);
+    const int64_t vocab = model.config().vocab_size;
+    std::mt19937 rng(7);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int len : {29, 12, 40}) prompts.push_back(random_tokens(rng, len, vocab));
+    const auto all = run(model, prompts, 1000, 3, 3);  // every row of every step wanted
+
+    test::ModelHarness h(model, 256, 16);
+    std::vector<std::vector<float>> got(prompts.size());
+    std::vector<size_t> done(prompts.size(), 0);
+    for (bool any = true; any;) {
+      any = false;
+      std::vector<test::ModelHarness::Work> work;
+      std::vector<size_t> who;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        if (done[i] == prompts[i].size()) continue;
+        const size_t c = std::min<size_t>(prompts[i].size() - done[i], 9);
+        const bool final_chunk = done[i] + c == prompts[i].size();
+        // Sequence 0 wants every row; the others nothing until their last prompt token.
+        const int32_t rows = i == 0 ? static_cast<int32_t>(c) : (final_chunk ? 1 : 0);
+        work.push_back({"s" + std::to_string(i),
+                        std::vector<int32_t>(prompts[i].begin() + done[i], prompts[i].begin() + done[i] + c), false,
+                        rows});
+        who.push_back(i);
+        done[i] += c;
+        any = true;
+      }
+      if (!any) break;
+      auto rows = h.step(work);
+      for (size_t k = 0; k < who.size(); ++k) got[who[k]].insert(got[who[k]].end(), rows[k].begin(), rows[k].end());
+    }
+    for (int s = 0; s < 3; ++s) {  // greedy decode steps (one row each), as run() takes them
+      std::vector<test::ModelHarness::Work> work;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        work.push_back({"s" + std::to_string(i), {test::argmax(got[i].data() + got[i].size() - vocab, vocab)}, false});
+      }
+      auto rows = h.step(work);
+      for (size_t i = 0; i < prompts.size(); ++i) got[i].insert(got[i].end(), rows[i].begin(), rows[i].end());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      // all[i]: every prompt row, then 3 decode rows; got[i]: the same for sequence 0, else the
+      // last prompt row, then 3 decode rows.
+      const size_t skip = i == 0 ? 0 : (prompts[i].size() - 1) * vocab;
+      const std::vector<float> want(all[i].begin() + static_cast<std::ptrdiff_t>(skip), all[i].end());
+      EXPECT_TRUE(same_bits(got[i], want)) << type_name(dtype) << " seq " << i;
+    }
+    std::filesystem::remove(path);
+  }
+}
+
 // tiny-gqa-wide: on AVX2 CPUs its weights are repacked at load (block sums, sequential floats).
 INSTANTIATE_TEST_SUITE_P(Dtypes, BatchInvariance,
                          ::testing::Combine(::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0,

@@ -26,6 +26,7 @@ class ModelHarness {
     std::string id;
     std::vector<int32_t> tokens;
     bool all_logits = false;  // logits for every new token (else only the last)
+    int32_t num_logits = -1;  // >= 0: the logits of the last num_logits new tokens (overrides all_logits)
   };
 
   // One forward pass for all `work`. Returns, per work item, its logit rows ([n][vocab] flattened).
@@ -40,8 +41,9 @@ class ModelHarness {
       const std::vector<int32_t>& all = tokens_[w.id];
       const int64_t start = static_cast<int64_t>(all.size() - w.tokens.size());
       const auto n = static_cast<int32_t>(w.tokens.size());
-      seqs.push_back(ScheduledSeq{manager_.block_tables(w.id), std::span<const int32_t>(all).subspan(start, n), start,
-                                  w.all_logits ? n : 1});
+      const int32_t rows = w.num_logits >= 0 ? w.num_logits : (w.all_logits ? n : 1);
+      seqs.push_back(
+          ScheduledSeq{manager_.block_tables(w.id), std::span<const int32_t>(all).subspan(start, n), start, rows});
     }
     const ModelRunnerOutput& mo = runner_.execute(seqs);
     std::vector<std::vector<float>> out;
