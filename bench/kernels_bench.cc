@@ -1,5 +1,6 @@
 // Matmul micro-benchmarks: GEMV (num_tokens = 1, decode), num_tokens = 16 (16 decode streams, or
-// a small prefill chunk) and 64 (prefill) on TinyLlama's FFN shapes: shape 0 = ffn_up / ffn_gate
+// a small prefill chunk), 64 (prefill) and, for the float types, 512 (pp512's K chunks and f32
+// conversion) on TinyLlama's FFN shapes: shape 0 = ffn_up / ffn_gate
 // (5632 rows x 2048 cols), 1 = ffn_down (2048 x 5632), per weight dtype. Bytes/s counts weight
 // bytes streamed per call, the decode roofline quantity. Args: {dtype id, num_tokens, num_threads,
 // isa (kernels::Isa, every one from AVX2 up that the CPU has), shape}; the weights are repacked

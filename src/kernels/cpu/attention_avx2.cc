@@ -188,7 +188,7 @@ namespace {
 // hsum8's tree over l: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
 // kSteps = hd / 32, a constant for the common head sizes: the chains are a few FMAs long, so
 // loops with a run-time count and out-of-line helpers cost more than the arithmetic (the first
-// version spent 3x the FMA time here).
+// version took 5.2% of an F16 pp512 for 1.2% of its multiply-adds).
 template <int NQ>
 __attribute__((always_inline)) inline void qk_chain8(const float* kt, const float* const (&q)[NQ], int64_t steps, int c,
                                                      __m256 (&acc)[NQ]) {

@@ -18,7 +18,8 @@
 // reloads cost more than streaming long chunks from L2 (y's rows are far apart, so the parked
 // sums come back from L3): an F16 pp512 on a Zen 5 VM (AVX2 kernels) ran 256 -> 512 -> 2048 steps
 // at about 83, 87, 90 tokens/s (interleaved runs), and one chunk for ffn_down's 5632 columns
-// instead of three about 1.7% faster again (its BM_Matmul at 512 tokens 68-77 -> 80-86 GFLOP/s).
+// instead of three +1.6 to +6.6% again (its BM_Matmul at 512 tokens, one thread, 73-80 -> 95-96
+// GFLOP/s).
 //
 // Compiled with -O3 (CMakeLists.txt): at -O2 GCC 12 keeps the accumulator arrays on the stack.
 #include <immintrin.h>
@@ -121,6 +122,10 @@ void seq_kernel_m(int m, const typename L::T* w, int64_t tile_elems, int64_t k0,
 }
 
 template <typename L>
+void seq_tiles_many(const typename L::T* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
+                    int64_t ys);
+
+template <typename L>
 void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
                  int64_t ys) {
   const int64_t tile_elems = 16 * n;
@@ -145,6 +150,14 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     for (; i < tiles; ++i) seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
     return;
   }
+  seq_tiles_many<L>(w, tiles, xp, n, num_tokens, y, ys);
+}
+
+// More than one token tile. Its own frame (noinline), so a decode does not reserve wf's 384 KiB.
+template <typename L>
+__attribute__((noinline)) void seq_tiles_many(const typename L::T* w, int64_t tiles, const float* xp, int64_t n,
+                                              int64_t num_tokens, float* y, int64_t ys) {
+  const int64_t tile_elems = 16 * n;
   // From kConvertTiles token tiles on (prefill), each chunk of weights is first converted to f32
   // (exact, into wf: L2), so the token tiles' inner loops load floats instead of converting every
   // step. Fewer tokens: the first token tile (which reads the weights from DRAM, converting them
