@@ -37,6 +37,9 @@ namespace {
 constexpr int64_t kSeqChunk = 6144;  // wf: 384 KiB of stack
 constexpr int64_t kSeqBlockTiles = 4;
 constexpr int64_t kPrefetchBytes = 8192;
+// Prefetch distances of the token tiles that read a chunk's weights from L2 (Fetch::kL2), bytes.
+constexpr int64_t kL2WeightsAhead = 4096;
+constexpr int64_t kL2TokensAhead = 2048;
 constexpr int64_t kConvertTiles = 6;
 
 // The 16 rows of one step as two ymm (L: simd_avx2.h).
@@ -51,15 +54,23 @@ using F32S = Seq<simd::F32Load>;
 using F16S = Seq<simd::F16Load>;
 using BF16S = Seq<simd::BF16Load>;
 
+// What seq_kernel prefetches (into L1) as it goes:
+//   kDram: the weights come from DRAM (one pass): them, kPrefetchBytes ahead.
+//   kL2: the weights are a chunk in L2 (converted, or read by an earlier token tile) and the
+//     packed tokens stream from L3 or DRAM: the weights kL2WeightsAhead and the tokens
+//     kL2TokensAhead ahead. The hardware prefetchers alone left ffn_down (2048 x 5632, 512 tokens)
+//     behind the other shapes: BM_Matmul/1/512/2/1/1 (AVX2, 2 threads, Zen 5 VM) 175-201 ->
+//     197-205 GFLOP/s; F16 pp512 (AVX2) median of 11 interleaved runs 97.8 -> 99.9 tokens/s.
+enum class Fetch { kNone, kDram, kL2 };
+
 // R consecutive tiles (tile i at w + i * tile_elems) x M tokens, steps [k0, k1). xp: the token
 // tile packed by pack_seq (element (k, t) at k * M + t). y: token t, row 16 i + r at
 // y[t * ys + 16 i + r]; `first`: the chains start at 0, else they continue from y.
-// `prefetch`: the weights come from DRAM (one pass), prefetch them kPrefetchBytes ahead.
 // kStage (R = 1): also store the step's weights, converted to f32 (exact), at
 // staged + (k - k0) * 16, for the tile's other token tiles.
 template <typename L, int R, int M, bool kStage = false>
 __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1,
-                                          const float* xp, float* y, int64_t ys, bool first, bool prefetch,
+                                          const float* xp, float* y, int64_t ys, bool first, Fetch fetch,
                                           float* staged = nullptr) {
   __m256 lo[R][M], hi[R][M];
   for (int r = 0; r < R; ++r) {
@@ -92,10 +103,14 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_e
   // One 64-byte line of each tile per group of kLine steps.
   constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));
   int64_t k = k0;
-  if (prefetch) {
+  if (fetch != Fetch::kNone) {
+    const int64_t w_ahead = fetch == Fetch::kDram ? kPrefetchBytes : kL2WeightsAhead;
     for (; k + kLine <= k1; k += kLine) {
       for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * tile_elems + k * 16) + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * tile_elems + k * 16) + w_ahead, _MM_HINT_T0);
+      // M * 4 <= 24 bytes of tokens a step: a 64-byte line every 2 steps covers every line.
+      if (fetch == Fetch::kL2 && k % 2 == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
 #pragma GCC unroll 2
       for (int64_t s = 0; s < kLine; ++s) step(k + s);
     }
@@ -116,9 +131,9 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_e
 
 template <typename L, int R>
 void seq_kernel_m(int m, const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
-                  int64_t ys, bool first, bool prefetch) {
-  with_m<kSeqTileTokens>(
-      m, [&](auto mc) { seq_kernel<L, R, mc.value>(w, tile_elems, k0, k1, xp, y, ys, first, prefetch); });
+                  int64_t ys, bool first, Fetch fetch) {
+  with_m<kSeqTileTokens>(m,
+                         [&](auto mc) { seq_kernel<L, R, mc.value>(w, tile_elems, k0, k1, xp, y, ys, first, fetch); });
 }
 
 template <typename L>
@@ -135,19 +150,20 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     int64_t i = 0;
     if (m == 1) {
       for (; i + 4 <= tiles; i += 4)
-        seq_kernel<L, 4, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+        seq_kernel<L, 4, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, Fetch::kDram);
       if (i + 2 <= tiles) {  // the chunk's leftover tiles: 4 chains in flight rather than 2
-        seq_kernel<L, 2, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+        seq_kernel<L, 2, 1>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, Fetch::kDram);
         i += 2;
       }
     } else if (m == 2) {
       for (; i + 3 <= tiles; i += 3)
-        seq_kernel<L, 3, 2>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+        seq_kernel<L, 3, 2>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, Fetch::kDram);
     } else if (m == 3) {
       for (; i + 2 <= tiles; i += 2)
-        seq_kernel<L, 2, 3>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+        seq_kernel<L, 2, 3>(w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, Fetch::kDram);
     }
-    for (; i < tiles; ++i) seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, true);
+    for (; i < tiles; ++i)
+      seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, 0, n, xp, y + 16 * i, ys, true, Fetch::kDram);
     return;
   }
   seq_tiles_many<L>(w, tiles, xp, n, num_tokens, y, ys);
@@ -187,14 +203,16 @@ __attribute__((noinline)) void seq_tiles_many(const typename L::T* w, int64_t ti
           if (convert || (stage && t0 > 0)) {
             // The chunk's f32 copy (made above, or staged by the first token tile): the kernel
             // reads step k at w + k * 16, re-based to step 0 through the activations' offset.
-            seq_kernel_m<F32S, 1>(m, wf, 0, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, false);
+            seq_kernel_m<F32S, 1>(m, wf, 0, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, Fetch::kL2);
           } else if (stage) {  // (m == kSeqTileTokens: there is more than one token tile)
             seq_kernel<L, 1, kSeqTileTokens, true>(w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, yc, ys, k0 == 0,
-                                                   true, wf);
+                                                   Fetch::kDram, wf);
           } else {
-            // The first token tile prefetches the tile's next chunk (8 KiB ahead: the weights
-            // come from DRAM once and the other tiles of the block run in between).
-            seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, yc, ys, k0 == 0, t0 == 0);
+            // F32: the first token tile prefetches the tile's next chunk (8 KiB ahead: the weights
+            // come from DRAM once and the other tiles of the block run in between); the others
+            // read the chunk from L2 (BM_Matmul/0/512/2/1/1: 165-178 -> 173-197 GFLOP/s).
+            seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, yc, ys, k0 == 0,
+                               t0 == 0 ? Fetch::kDram : Fetch::kL2);
           }
         }
       }
