@@ -28,6 +28,9 @@ namespace {
 constexpr int64_t kSeqChunk = 2048;
 constexpr int64_t kSeqBlockTiles = 4;
 constexpr int64_t kPrefetchBytes = 8192;
+// Prefetch distances of the token tiles that read a chunk's weights from L2 (Fetch::kL2), bytes.
+constexpr int64_t kL2WeightsAhead = 4096;
+constexpr int64_t kL2TokensAhead = 2048;
 constexpr int64_t kConvertTiles = 3;  // token tiles of 12 from which chunks are converted to f32
 
 struct F32S {
@@ -48,13 +51,21 @@ struct BF16S {
   }
 };
 
+// What seq_kernel prefetches (into L1) as it goes, as in matmul_seq_avx2.cc:
+//   kDram: the weights come from DRAM (one pass): them, kPrefetchBytes ahead.
+//   kL2: the weights are a chunk in L2 and the packed tokens stream from L3 or DRAM: the weights
+//     kL2WeightsAhead and the tokens kL2TokensAhead ahead. Without it ffn_down (2048 x 5632,
+//     512 tokens) ran at 3/4 of the other shapes' speed: BM_Matmul/1/512/2/3/1 (2 threads, Zen 5
+//     VM) 284-314 -> 340-378 GFLOP/s, F16 pp512 165.7-171.2 -> 170.8-177.2 tokens/s (5
+//     interleaved runs each).
+enum class Fetch { kNone, kDram, kL2 };
+
 // R consecutive tiles (tile i at w + i * tile_elems) x M tokens, steps [0, nk) (w and xp offset
 // to the chunk's first step); xp: element (k, t) at k * M + t. y: token t, row 16 i + r at
-// y[t * ys + 16 i + r]. `first`: chains start at 0, else continue from y. `prefetch`: the
-// weights come from DRAM, prefetch them kPrefetchBytes ahead.
+// y[t * ys + 16 i + r]. `first`: chains start at 0, else continue from y.
 template <typename L, int R, int M>
 void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t nk, const float* xp, float* y, int64_t ys,
-                bool first, bool prefetch) {
+                bool first, Fetch fetch) {
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < M; ++t) acc[r][t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + t * ys + 16 * r);
@@ -72,10 +83,13 @@ void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t nk, const fl
   };
   constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));  // steps per 64-byte line of a tile
   int64_t k = 0;
-  if (prefetch) {
+  if (fetch != Fetch::kNone) {
+    const int64_t w_ahead = fetch == Fetch::kDram ? kPrefetchBytes : kL2WeightsAhead;
     for (; k + kLine <= nk; k += kLine) {
       for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * tile_elems + k * 16) + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * tile_elems + k * 16) + w_ahead, _MM_HINT_T0);
+      // Up to 48 bytes of tokens a step (kLine is 1 for f32 weights): every line is covered.
+      if (fetch == Fetch::kL2) _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
 #pragma GCC unroll 1
       for (int64_t s = 0; s < kLine; ++s) step(k + s);
     }
@@ -88,12 +102,12 @@ void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t nk, const fl
   }
 }
 
-using KernelFn = void (*)(const void*, int64_t, int64_t, const float*, float*, int64_t, bool, bool);
+using KernelFn = void (*)(const void*, int64_t, int64_t, const float*, float*, int64_t, bool, Fetch);
 
 template <typename L, int R, int M>
 void kernel_fn(const void* w, int64_t tile_elems, int64_t nk, const float* xp, float* y, int64_t ys, bool first,
-               bool prefetch) {
-  seq_kernel<L, R, M>(static_cast<const typename L::T*>(w), tile_elems, nk, xp, y, ys, first, prefetch);
+               Fetch fetch) {
+  seq_kernel<L, R, M>(static_cast<const typename L::T*>(w), tile_elems, nk, xp, y, ys, first, fetch);
 }
 
 // Kernels by token count m (1..12): R tiles at a time with R * m accumulators, and the 1-tile
@@ -125,12 +139,13 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     const int rt = Kernels<L>::many_tiles[m - 1];
     int64_t i = 0;
     for (; i + rt <= tiles; i += rt)
-      Kernels<L>::many[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, true);
+      Kernels<L>::many[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, Fetch::kDram);
     if (m <= 3 && i + 2 <= tiles) {
-      Kernels<L>::two[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, true);
+      Kernels<L>::two[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, Fetch::kDram);
       i += 2;
     }
-    for (; i < tiles; ++i) Kernels<L>::one[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, true);
+    for (; i < tiles; ++i)
+      Kernels<L>::one[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, Fetch::kDram);
     return;
   }
   // Blocks of kSeqBlockTiles tiles, K in chunks: a chunk of 2 tiles' weights stays in L2 while
@@ -162,17 +177,20 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
           float* yc = y + t0 * ys + 16 * i;
           if (convert) {
             if (pair && m >= 4) {
-              Kernels<F32S>::many[m - 1](wf, 16 * kSeqChunk, nk, xc, yc, ys, k0 == 0, false);
+              Kernels<F32S>::many[m - 1](wf, 16 * kSeqChunk, nk, xc, yc, ys, k0 == 0, Fetch::kL2);
             } else {
               for (int64_t j = 0; j < nt; ++j)
-                Kernels<F32S>::one[m - 1](wf + j * 16 * kSeqChunk, 0, nk, xc, yc + 16 * j, ys, k0 == 0, false);
+                Kernels<F32S>::one[m - 1](wf + j * 16 * kSeqChunk, 0, nk, xc, yc + 16 * j, ys, k0 == 0, Fetch::kL2);
             }
-          } else if (pair && m >= 4) {
-            // The first token tile prefetches the tiles' next chunk (the weights come from DRAM once).
-            Kernels<L>::many[m - 1](wc, tile_elems, nk, xc, yc, ys, k0 == 0, t0 == 0);
           } else {
-            for (int64_t j = 0; j < nt; ++j) {
-              Kernels<L>::one[m - 1](wc + j * tile_elems, tile_elems, nk, xc, yc + 16 * j, ys, k0 == 0, t0 == 0);
+            // The first token tile prefetches the tiles' next chunk (the weights come from DRAM
+            // once); the others read it from L2 (F32), or are few (F16, BF16 below kConvertTiles).
+            const Fetch f = t0 == 0 ? Fetch::kDram : std::is_same_v<L, F32S> ? Fetch::kL2 : Fetch::kNone;
+            if (pair && m >= 4) {
+              Kernels<L>::many[m - 1](wc, tile_elems, nk, xc, yc, ys, k0 == 0, f);
+            } else {
+              for (int64_t j = 0; j < nt; ++j)
+                Kernels<L>::one[m - 1](wc + j * tile_elems, tile_elems, nk, xc, yc + 16 * j, ys, k0 == 0, f);
             }
           }
         }
