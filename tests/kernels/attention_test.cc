@@ -443,6 +443,46 @@ TEST(Attention, QkTileEqualsPerKeyDot) {
   }
 }
 
+// avx2::pv_merge_f32 (one tile's p . V for 1 or 2 heads, merged into out) equals
+// avx2::pv_accumulate_f32 per head, then rescale_add unless it is the first tile, bit for bit:
+// head sizes with 8-element remainders past its passes of 4 and 8 vectors, scattered slots.
+TEST(Attention, PvMergeEqualsAccumulateThenRescale) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  Rng rng(37);
+  for (int64_t hd : {8, 40, 64, 72, 96, 256}) {
+    const int64_t row = 2 * hd, n = 37;
+    const std::vector<float> v = rng.vec(50 * row, -2.0f, 2.0f);
+    std::vector<int64_t> off(n);
+    for (int64_t j = 0; j < n; ++j) off[j] = ((j * 13) % 50) * row + hd;  // kv head 1
+    const std::vector<float> a0 = rng.vec(n, 0.0f, 1.0f), a1 = rng.vec(n, 0.0f, 1.0f);
+    const std::vector<float> old0 = rng.vec(hd), old1 = rng.vec(hd);
+    const float c[2] = {0.37f, 0.91f};
+    for (int nq : {1, 2}) {
+      for (bool first : {true, false}) {
+        std::vector<float> got0 = old0, got1 = old1;
+        const float* a[2] = {a0.data(), a1.data()};
+        float* outs[2] = {got0.data(), got1.data()};
+        avx2::pv_merge_f32(v.data(), off.data(), n, a, nq, hd, c, first, outs);
+        for (int q = 0; q < nq; ++q) {
+          std::vector<float> want(hd), pv(hd);
+          avx2::pv_accumulate_f32(v.data(), off.data(), n, a[q], hd, pv.data());
+          if (first) {
+            want = pv;
+          } else {
+            want = q == 0 ? old0 : old1;
+            avx2::rescale_add(want.data(), c[q], pv.data(), hd);
+          }
+          ASSERT_EQ(std::memcmp(outs[q], want.data(), hd * 4), 0)
+              << "hd " << hd << " nq " << nq << " first " << first << " q " << q;
+        }
+        if (nq == 1) {
+          ASSERT_EQ(got1, old1) << "the second head's output changed";
+        }
+      }
+    }
+  }
+}
+
 // exp_f32 against double exp over the range softmax feeds it (x <= 0) and a little above: within
 // 2 ulp of the correctly rounded result (Cephes' expf claims about 1); the edges exactly.
 TEST(ExpF32, WithinTwoUlpOfDoubleExpAndExactAtTheEdges) {

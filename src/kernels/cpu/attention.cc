@@ -161,6 +161,14 @@ void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets
   const int64_t n = j1 - j0;
   const bool first = j0 == p.first;
   const float c = tile_softmax<kSimd>(scores, n, first, st);
+  if constexpr (kSimd) {
+    if (!f16 && hd % 8 == 0) {  // the two steps below in one pass, sum_j p_j v_j in registers
+      const float* a[1] = {scores};
+      float* outs[1] = {p.out};
+      avx2::pv_merge_f32(static_cast<const float*>(kv.v) + p.kvh * hd, offsets + j0, n, a, 1, hd, &c, first, outs);
+      return;
+    }
+  }
   float* pv = first ? p.out : tmp;  // sum_j p_j v_j of this tile
   if constexpr (kSimd) {
     if (f16) {
@@ -182,19 +190,25 @@ void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets
   if (!first) tile_merge<kSimd>(p.out, c, tmp, hd);
 }
 
-// Two query heads p0, p1 of one kv head, one tile, F32 cache, AVX-512: online_tile for each, the
-// loads of V shared (avx512::pv_accumulate_f32_pair, the same bits). tmp: [2 * head_dim].
+// Two query heads p0, p1 of one kv head, one tile, F32 cache: online_tile for each, the loads of V
+// shared (avx512::pv_accumulate_f32_pair with kv.isa >= kAvx512 and a head_dim it supports, else
+// avx2::pv_merge_f32, hd % 8 == 0; the same bits). tmp: [2 * head_dim].
 void online_tile_pair(const KvLayerView& kv, const Problem& p0, const Problem& p1, const int64_t* offsets, int64_t j0,
                       int64_t j1, float* s0, float* s1, OnlineSoftmax& st0, OnlineSoftmax& st1, float* tmp) {
   const int64_t hd = kv.head_dim, n = j1 - j0;
   const bool first = j0 == p0.first;
-  const float c0 = tile_softmax<true>(s0, n, first, st0);
-  const float c1 = tile_softmax<true>(s1, n, first, st1);
+  const float c[2] = {tile_softmax<true>(s0, n, first, st0), tile_softmax<true>(s1, n, first, st1)};
   const auto* v = static_cast<const float*>(kv.v) + p0.kvh * hd;
+  if (kv.isa < Isa::kAvx512 || !avx512::pv_pair_supported(hd)) {
+    const float* a[2] = {s0, s1};
+    float* outs[2] = {p0.out, p1.out};
+    avx2::pv_merge_f32(v, offsets + j0, n, a, 2, hd, c, first, outs);
+    return;
+  }
   avx512::pv_accumulate_f32_pair(v, offsets + j0, n, s0, s1, hd, first ? p0.out : tmp, first ? p1.out : tmp + hd);
   if (!first) {
-    tile_merge<true>(p0.out, c0, tmp, hd);
-    tile_merge<true>(p1.out, c1, tmp + hd, hd);
+    tile_merge<true>(p0.out, c[0], tmp, hd);
+    tile_merge<true>(p1.out, c[1], tmp + hd, hd);
   }
 }
 
@@ -216,8 +230,8 @@ struct BlockScratch {
 // transposed once, `lanes` keys per vector (16 on AVX-512, 8 on AVX2), and scored against every
 // query of the block (qk_scores_keys16 / 8: the bits of avx2::dot_f32 per key, as the per-token
 // path), then each (token, head) takes the tile exactly as the per-token path does (online_tile,
-// or online_tile_pair on AVX-512; same order of tiles): the same bits, with each key loaded once
-// per block instead of once per token and head (pair).
+// or online_tile_pair for two heads; same order of tiles): the same bits, with each key loaded
+// once per block instead of once per token and head (pair).
 // offsets: [max position + 1] scratch; scores: [2 * kKeyTile]; tmp: [2 * head_dim].
 void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch& b, const int32_t* table, int64_t ta,
                      int64_t tb, int64_t g, int64_t num_heads, float scale, float* out, int64_t* offsets, float* scores,
@@ -225,7 +239,7 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
   const int64_t hd = kv.head_dim, row = kv.num_kv_heads * hd, group = num_heads / kv.num_kv_heads;
   const bool wide = kv.isa >= Isa::kAvx512;
   const int64_t lanes = wide ? 16 : 8;
-  const bool pv_pair = wide && avx512::pv_pair_supported(hd);
+  // (hd % 32 == 0 here, so every ISA shares the loads of V between a pair of heads)
   const auto* k32 = static_cast<const float*>(kv.k) + g * hd;
   int64_t max_n = 0;
   for (int64_t t = ta; t < tb; ++t) max_n = std::max(max_n, b.positions[t] + 1);
@@ -269,12 +283,7 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
         }
         const Problem p1 = problem(t, h + 1);
         OnlineSoftmax& st1 = (&st0)[1];
-        if (pv_pair) {
-          online_tile_pair(kv, p0, p1, offsets, j0, e, scores, scores + kKeyTile, st0, st1, tmp);
-        } else {
-          online_tile<true>(kv, p0, offsets, j0, e, scores, st0, tmp);
-          online_tile<true>(kv, p1, offsets, j0, e, scores + kKeyTile, st1, tmp);
-        }
+        online_tile_pair(kv, p0, p1, offsets, j0, e, scores, scores + kKeyTile, st0, st1, tmp);
         h += 2;
       }
     }

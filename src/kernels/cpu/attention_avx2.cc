@@ -102,7 +102,54 @@ void pv(const T* v, const int64_t* off, int64_t n, const float* a, int64_t hd, f
   }
 }
 
+// pv_merge_f32 for elements [e0, e0 + 8 kVec) of NQ queries: per key one load of each v vector,
+// shared by the NQ queries (NQ * kVec accumulators + NQ broadcasts + 1 load within 16 ymm).
+template <int NQ, int kVec>
+void pv_merge_pass(const float* v, const int64_t* off, int64_t n, const float* const* a, int64_t e0, const float* c,
+                   bool first, float* const* out) {
+  __m256 acc[NQ][kVec];
+  for (int q = 0; q < NQ; ++q)
+    for (int i = 0; i < kVec; ++i) acc[q][i] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    __m256 va[NQ];
+    for (int q = 0; q < NQ; ++q) va[q] = _mm256_set1_ps(a[q][j]);
+    const float* vj = v + off[j] + e0;
+#pragma GCC unroll 8
+    for (int i = 0; i < kVec; ++i) {
+      const __m256 vv = _mm256_loadu_ps(vj + 8 * i);
+      for (int q = 0; q < NQ; ++q) acc[q][i] = _mm256_fmadd_ps(va[q], vv, acc[q][i]);
+    }
+  }
+  for (int q = 0; q < NQ; ++q) {
+    float* o = out[q] + e0;
+    const __m256 vc = _mm256_set1_ps(first ? 0.0f : c[q]);
+    for (int i = 0; i < kVec; ++i) {
+      const __m256 r = first ? acc[q][i] : _mm256_fmadd_ps(_mm256_loadu_ps(o + 8 * i), vc, acc[q][i]);
+      _mm256_storeu_ps(o + 8 * i, r);
+    }
+  }
+}
+
+template <int NQ>
+void pv_merge(const float* v, const int64_t* off, int64_t n, const float* const* a, int64_t hd, const float* c,
+              bool first, float* const* out) {
+  constexpr int kVec = NQ == 1 ? 8 : 4;
+  int64_t e0 = 0;
+  for (; e0 + 8 * kVec <= hd; e0 += 8 * kVec) pv_merge_pass<NQ, kVec>(v, off, n, a, e0, c, first, out);
+  if (e0 < hd) {
+    with_m<kVec>(static_cast<int>((hd - e0) / 8),
+                 [&](auto m) { pv_merge_pass<NQ, m.value>(v, off, n, a, e0, c, first, out); });
+  }
+}
+
 }  // namespace
+
+void pv_merge_f32(const float* v, const int64_t* off, int64_t n, const float* const* a, int nq, int64_t hd,
+                  const float* c, bool first, float* const* out) {
+  PAGELLM_CHECK(hd % 8 == 0 && (nq == 1 || nq == 2), "pv_merge_f32: hd " + std::to_string(hd));
+  if (nq == 2) return pv_merge<2>(v, off, n, a, hd, c, first, out);
+  pv_merge<1>(v, off, n, a, hd, c, first, out);
+}
 
 float dot_f32(const float* w, const float* x, int64_t n) {
   float r;

@@ -126,6 +126,11 @@ void axpy_f16(float a, const uint16_t* v, float* acc, int64_t n);
 // followed by axpy_*(a[j], v + off[j], out, hd) for each j (off in elements).
 void pv_accumulate_f32(const float* v, const int64_t* off, int64_t n, const float* a, int64_t hd, float* out);
 void pv_accumulate_f16(const uint16_t* v, const int64_t* off, int64_t n, const float* a, int64_t hd, float* out);
+// One online-softmax tile of nq in {1, 2} query heads sharing the loads of v (f32): for each q,
+// P = pv_accumulate_f32(v, off, n, a[q], hd), then out[q] = P if `first`, else
+// rescale_add(out[q], c[q], P): those calls' bits, without P in memory. hd % 8 == 0.
+void pv_merge_f32(const float* v, const int64_t* off, int64_t n, const float* const* a, int nq, int64_t hd,
+                  const float* c, bool first, float* const* out);
 // Attention scores with lane = key (prefill; avx512::transpose_keys16 / qk_scores_keys16 with 8
 // lanes): transpose_keys8 puts keys j < nk (1 <= nk <= 8, row j at k + off[j]; hd % 8 == 0) into
 // kt [hd, 8] f32 (32-byte aligned), lanes j >= nk repeating key nk - 1; qk_scores_keys8 gives
