@@ -264,14 +264,14 @@ void qk_keys8(const float* kt, int64_t hd, const float* const* qp, float scale, 
   const int64_t steps = kSteps > 0 ? kSteps : hd / 32;
   const float* q[NQ];
   for (int i = 0; i < NQ; ++i) q[i] = qp[i];
+  // One lane at a time, its v_l parked in L1: unrolled, GCC started all 32 * NQ chains first and
+  // spilled every result (as many stack stores and reloads as FMAs).
+  __m256 v[8][NQ];
+#pragma GCC unroll 1
+  for (int l = 0; l < 8; ++l) qk_lane8<NQ>(kt, q, steps, l, v[l]);
   __m256 s4[4][NQ];
-#pragma GCC unroll 4
-  for (int l = 0; l < 4; ++l) {
-    __m256 a[NQ], b[NQ];
-    qk_lane8<NQ>(kt, q, steps, l, a);
-    qk_lane8<NQ>(kt, q, steps, 4 + l, b);
-    for (int i = 0; i < NQ; ++i) s4[l][i] = _mm256_add_ps(a[i], b[i]);
-  }
+  for (int l = 0; l < 4; ++l)
+    for (int i = 0; i < NQ; ++i) s4[l][i] = _mm256_add_ps(v[l][i], v[4 + l][i]);
   const __m256 sc = _mm256_set1_ps(scale);
   for (int i = 0; i < NQ; ++i) {
     const __m256 d = _mm256_add_ps(_mm256_add_ps(s4[0][i], s4[2][i]), _mm256_add_ps(s4[1][i], s4[3][i]));
