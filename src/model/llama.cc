@@ -174,46 +174,63 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
   const int64_t n = b.num_tokens();
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
+  // Queries: every token, or (keep) only the rows keep[j] (ascending), as q_ row j.
+  const int64_t m = keep != nullptr ? static_cast<int64_t>(keep->size()) : n;
+  auto q_row = [&](int64_t j) { return keep != nullptr ? (*keep)[j] : j; };  // token of q_ row j
   if (c.fused_qkv) {
     const BlockQ8_0* xq = norm_for({&l.w_qkv}, l.attn_norm, nullptr, n);
     const int64_t row = q_dim + 2 * kv_dim;  // [q | k | v] per token
     kc::matmul(l.w_qkv, xn_.data(), n, fused_.data(), pool_, ws, xq);
     for (int64_t t = 0; t < n; ++t) {
       const float* r = &fused_[t * row];
-      std::copy(r, r + q_dim, &q_[t * q_dim]);
       std::copy(r + q_dim, r + q_dim + kv_dim, &k_[t * kv_dim]);
       std::copy(r + q_dim + kv_dim, r + row, &v_[t * kv_dim]);
     }
+    for (int64_t j = 0; j < m; ++j) std::copy_n(&fused_[q_row(j) * row], q_dim, &q_[j * q_dim]);
   } else {
     const BlockQ8_0* xq = norm_for({&l.wq, &l.wk, &l.wv}, l.attn_norm, nullptr, n);
-    kc::matmul(l.wq, xn_.data(), n, q_.data(), pool_, ws, xq);
     kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_, ws, xq);
     kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_, ws, xq);
+    // (the kept rows normed again into rows 0 .. m - 1: the same bits, rms_norm is per row)
+    if (keep != nullptr) xq = norm_for({&l.wq}, l.attn_norm, keep->data(), m);
+    kc::matmul(l.wq, xn_.data(), m, q_.data(), pool_, ws, xq);
   }
   const bool sliding = c.is_sliding(layer);
   const std::vector<float>& cos_sin = sliding ? rope_cos_sin_swa_ : rope_cos_sin_;
   for_tokens(n, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* qt = &q_[t * q_dim];
+    for (int64_t t = t0; t < t1; ++t) {  // keys and values
       float* kt = &k_[t * kv_dim];
       if (l.bq != nullptr) {
-        for (int64_t i = 0; i < q_dim; ++i) qt[i] += l.bq[i];
         for (int64_t i = 0; i < kv_dim; ++i) kt[i] += l.bk[i];
         for (int64_t i = 0; i < kv_dim; ++i) v_[t * kv_dim + i] += l.bv[i];
       }
-      if (l.q_norm != nullptr) {  // RMSNorm of each head
-        for (int64_t h = 0; h < c.num_attention_heads; ++h)
-          kc::rms_norm(qt + h * c.head_dim, l.q_norm, c.head_dim, c.rms_norm_eps, qt + h * c.head_dim);
+      if (l.k_norm != nullptr) {  // RMSNorm of each head
         for (int64_t h = 0; h < c.num_key_value_heads; ++h)
           kc::rms_norm(kt + h * c.head_dim, l.k_norm, c.head_dim, c.rms_norm_eps, kt + h * c.head_dim);
       }
       const float* cs = &cos_sin[t * c.rope_dim];
       if (c.rope_type == RopeType::kNeox) {
-        kc::rope_neox(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
         kc::rope_neox(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
       } else {
-        kc::rope(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
         kc::rope(kt, c.num_key_value_heads, c.head_dim, c.rope_dim, cs);
+      }
+    }
+  });
+  for_tokens(m, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {  // queries
+      float* qt = &q_[j * q_dim];
+      if (l.bq != nullptr) {
+        for (int64_t i = 0; i < q_dim; ++i) qt[i] += l.bq[i];
+      }
+      if (l.q_norm != nullptr) {
+        for (int64_t h = 0; h < c.num_attention_heads; ++h)
+          kc::rms_norm(qt + h * c.head_dim, l.q_norm, c.head_dim, c.rms_norm_eps, qt + h * c.head_dim);
+      }
+      const float* cs = &cos_sin[q_row(j) * c.rope_dim];
+      if (c.rope_type == RopeType::kNeox) {
+        kc::rope_neox(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
+      } else {
+        kc::rope(qt, c.num_attention_heads, c.head_dim, c.rope_dim, cs);
       }
     }
   });
@@ -228,23 +245,31 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
   ab.num_seqs = b.num_seqs();
   ab.max_blocks_per_seq = kg.max_blocks_per_seq;
   ab.sliding_window = sliding ? c.sliding_window : 0;
+  std::vector<int64_t> kept_start, kept_positions;  // the batch of the kept queries
+  if (keep != nullptr) {
+    kept_start.assign(b.num_seqs() + 1, 0);
+    kept_positions.resize(m);
+    int64_t j = 0;
+    for (int64_t s = 0; s < b.num_seqs(); ++s) {
+      for (; j < m && (*keep)[j] < b.query_start_loc[s + 1]; ++j) kept_positions[j] = b.positions[(*keep)[j]];
+      kept_start[s + 1] = j;
+    }
+    ab.query_start_loc = kept_start.data();
+    ab.positions = kept_positions.data();
+  }
   float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.scale_q) {  // q scaled before attention, as the reference graph does (gemma3, phi3)
-    for (int64_t i = 0; i < n * q_dim; ++i) q_[i] *= scale;
+    for (int64_t i = 0; i < m * q_dim; ++i) q_[i] *= scale;
     scale = 1.0f;
   }
   kc::paged_attention(q_.data(), view, ab, c.num_attention_heads, scale, attn_.data(), pool_, ws);
-  int64_t m = n;  // rows that go on
   if (keep != nullptr) {
     // Rows keep[j] (ascending, so keep[j] >= j and no row is overwritten before it is read) of
-    // attn_ and x_ move to row j.
-    m = static_cast<int64_t>(keep->size());
+    // x_ move to row j.
     const int64_t h = c.hidden_size;
     for (int64_t j = 0; j < m; ++j) {
       const int64_t r = (*keep)[j];
-      if (r == j) continue;
-      std::copy(&attn_[r * q_dim], &attn_[(r + 1) * q_dim], &attn_[j * q_dim]);
-      std::copy(&x_[r * h], &x_[(r + 1) * h], &x_[j * h]);
+      if (r != j) std::copy(&x_[r * h], &x_[(r + 1) * h], &x_[j * h]);
     }
   }
   kc::matmul(l.wo, attn_.data(), m, out_.data(), pool_, ws);
@@ -328,11 +353,11 @@ void LlamaModel::forward(const ForwardBatch& b, KvCache& kv_cache, kc::Workspace
   }
   const auto num_layers = static_cast<int32_t>(layers_.size());
   PAGELLM_CHECK(b.num_layers >= 0 && b.num_layers <= num_layers, "num_layers outside [0, num_hidden_layers]");
-  // The last layer run needs every token's K/V and attention (written and read there), but its
-  // output projection, MLP and the final norm only for the rows whose logits are wanted (a
-  // prompt's last token; none for a chunk in the middle of a prompt). When those rows ascend,
-  // they move to the front after attention and only they go on. Each row's arithmetic does not
-  // depend on the batch (kernels::matmul), so the logits keep their bits.
+  // The last layer run needs every token's K/V (written there, read by later steps), but its
+  // queries, attention, output projection, MLP and the final norm only for the rows whose logits
+  // are wanted (a prompt's last token; none for a chunk in the middle of a prompt). When those
+  // rows ascend, only they are computed, at the front of the buffers. Each row's arithmetic does
+  // not depend on the batch (kernels::matmul, paged_attention), so the logits keep their bits.
   const int64_t num_logits = static_cast<int64_t>(b.logits_indices.size());
   bool trim = num_logits < n;
   for (int64_t j = 1; trim && j < num_logits; ++j) trim = b.logits_indices[j - 1] < b.logits_indices[j];

@@ -79,7 +79,8 @@ class LlamaModel {
   void bind_layer(const GgufFile& f, int64_t i);
   void check_batch(const ForwardBatch& batch, const KvCache& kv_cache) const;
   // Attention, output projection and residual of one layer. keep (ascending token indices, or
-  // nullptr for all): after attention, only these rows go on, moved to rows 0 .. size - 1 of x_.
+  // nullptr for all): every token's K/V is written, but queries and everything after only for
+  // these rows, as rows 0 .. size - 1 (of q_, attn_, x_).
   void attention_block(const Layer& l, int32_t layer, const ForwardBatch& batch, KvCache& kv_cache,
                        kernels::Workspace& ws, const std::vector<int64_t>* keep = nullptr);
   void mlp_block(const Layer& l, int64_t num_tokens, kernels::Workspace& ws);
