@@ -133,8 +133,10 @@ double predict_prefill_seconds(const StepCostModel& model, double max_step_secon
     chunk = std::min(chunk, std::max<int64_t>(1, max_num_batched_tokens - num_decodes));  // as granted
   }
   const int64_t steps = (num_prefill_tokens + chunk - 1) / chunk;
-  const double step = model.predict(StepFeatures{num_decodes + std::min(chunk, num_prefill_tokens), 0});
-  return static_cast<double>(steps) * step;
+  // Each step's attention: at least the chunk's own causal pairs (as if it started a prompt).
+  StepFeatures step_features = StepFeatures::chunk(0, std::min(chunk, num_prefill_tokens));
+  step_features.num_tokens += num_decodes;
+  return static_cast<double>(steps) * model.predict(step_features);
 }
 
 }  // namespace pagellm

@@ -92,7 +92,10 @@ double step_budget_seconds(const StepCostModel& model, double max_step_seconds, 
 // scheduler would grant (by max_num_batched_tokens, and with a step-time budget, fixed or
 // automatic, the largest chunk whose step fits it, at least min_prefill_chunk), each costing the
 // model's time for the
-// decodes plus the chunk. The attention term is left out (it needs each prompt's positions). For
+// decodes plus the chunk. The attention term is a lower bound, each chunk's own causal pairs as
+// if it began a prompt (the true one needs each prompt's positions; the decodes' is left out): a
+// model fitted from decode steps alone can put all of a step's cost on attention, and without
+// that term it priced any queue at 0 s. For
 // admission (EngineConfig::max_queue_delay_s): a request whose predicted time to first token
 // exceeds it is refused at once. 0 when the model is not ready or nothing is queued.
 double predict_prefill_seconds(const StepCostModel& model, double max_step_seconds, double auto_factor,

@@ -130,6 +130,12 @@ TEST(PredictPrefillSeconds, StepsOfTheGrantedChunk) {
   EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, 3.0, 512, 4, 72, 2), 2 * 54 * u);
   // Factor 2: budget 36, chunks of 18; 72 tokens, 4 steps of 36.
   EXPECT_DOUBLE_EQ(predict_prefill_seconds(m, -1, 2.0, 512, 4, 72, 2), 4 * 36 * u);
+  // A model that prices only attention (a fit from decode steps alone can be one) still prices a
+  // queue: each chunk at least its own causal pairs (the model's attention unit is 1024 pairs),
+  // 60 x 61 / 2 for 130 tokens in chunks of 60, 10 x 11 / 2 for 10 tokens in one chunk.
+  const StepCostModel attn_only = StepCostModel::fixed(0, 0, 1024 * u);
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(attn_only, 0, kAutoStepFactor, 64, 4, 130, 4), 3 * 1830 * u);
+  EXPECT_DOUBLE_EQ(predict_prefill_seconds(attn_only, 0, kAutoStepFactor, 512, 4, 10, 2), 55 * u);
 }
 
 }  // namespace
