@@ -147,14 +147,9 @@ const BlockQ8_0* LlamaModel::norm_for(std::initializer_list<const kc::WeightView
   for (const kc::WeightView* w : ws) quantized |= kc::vec_dot_type(w->type) == GgmlType::Q8_0;
   if (quantized) xq_.resize(static_cast<size_t>(num_rows * (h / kQK8_0)));
   for_tokens(num_rows, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const float* x = &x_[(rows != nullptr ? rows[j] : j) * h];
-      if (quantized) {
-        kc::rms_norm_q8_0(x, weight, 1, h, c.rms_norm_eps, &xn_[j * h], &xq_[j * (h / kQK8_0)], isa_);
-      } else {
-        kc::rms_norm(x, weight, h, c.rms_norm_eps, &xn_[j * h]);
-      }
-    }
+    const float* x = rows != nullptr ? x_.data() : &x_[j0 * h];  // row indices are of x_
+    kc::rms_norm_rows(x, rows != nullptr ? rows + j0 : nullptr, j1 - j0, weight, h, c.rms_norm_eps, &xn_[j0 * h],
+                      quantized ? &xq_[j0 * (h / kQK8_0)] : nullptr, isa_);
   });
   return quantized ? xq_.data() : nullptr;
 }

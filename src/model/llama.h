@@ -87,7 +87,7 @@ class LlamaModel {
   // x_ += out_ rows, after the post norm when there is one (post_norms).
   void residual_add(const float* post_norm, int64_t num_tokens);
   // xn_ = rms_norm(rows of x_) for the matrices in `ws`; when one of them is Q8_0 / Q4_0, also
-  // xq_ = those rows quantized to q8_0 in the same pass (kernels::rms_norm_q8_0), shared by
+  // xq_ = those rows quantized to q8_0 in the same pass (kernels::rms_norm_rows), shared by
   // them. Returns xq_.data(), or nullptr when none is quantized. rows: num_rows row indices of
   // x_ (nullptr: rows 0 .. num_rows - 1).
   const BlockQ8_0* norm_for(std::initializer_list<const kernels::WeightView*> ws, const float* weight,

@@ -1,4 +1,4 @@
-// rms_norm, rope, silu_mul, softmax: fast == reference bit for bit (they share arithmetic), and
+// rms_norm (one row and several), rope, silu_mul, softmax: fast == reference bit for bit (they share arithmetic), and
 // the reference against the formulas evaluated independently in double.
 #include <gtest/gtest.h>
 
@@ -39,24 +39,35 @@ TEST(RmsNorm, MatchesFormulaAndFastIsBitIdentical) {
 // ggml computes theta iteratively in float: theta_0 = pos, theta_{i+1} = theta_i * theta_scale.
 // Recompute that sequence here, rotate in double, and compare to within a few roundings of the
 // rotation (cos/sin of float theta are correctly rounded to < 1 ulp by libm).
-// The fused RMSNorm + q8_0 quantization gives the bits of the two ops apart, and those blocks
-// fed to matmul as `xq` give the bits of matmul quantizing x itself (every ISA path, repacked
-// and GGUF-layout weights, several token counts).
-TEST(RmsNormQ8_0, EqualsNormThenQuantizeAndFeedsMatmulTheSameBits) {
+// RMSNorm of several rows (four sums of squares interleaved), fused with the q8_0 quantization,
+// gives the bits of the two ops apart, for rows picked out of order and for counts around the
+// four-row groups; and those blocks fed to matmul as `xq` give the bits of matmul quantizing x
+// itself (every ISA path, repacked and GGUF-layout weights, several token counts).
+TEST(RmsNormRows, EqualsNormThenQuantizeAndFeedsMatmulTheSameBits) {
   Rng rng(15);
   ThreadPool pool(2);
   Workspace ws;
   for (int64_t n : {32, 96, 2048}) {
-    for (int64_t tokens : {1, 3, 17}) {
+    for (int64_t tokens : {1, 3, 4, 5, 9, 17}) {
       SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(tokens));
       const std::vector<float> x = rng.vec(tokens * n, -4.0f, 4.0f), w = rng.vec(n, 0.5f, 1.5f);
       std::vector<float> xn(x.size()), xn_fused(x.size());
       std::vector<BlockQ8_0> want(tokens * n / 32), got(tokens * n / 32);
       for (int64_t t = 0; t < tokens; ++t) rms_norm(&x[t * n], w.data(), n, 1e-5f, &xn[t * n]);
       for (int64_t t = 0; t < tokens; ++t) quantize_row_q8_0_activations(&xn[t * n], n, &want[t * n / 32]);
-      rms_norm_q8_0(x.data(), w.data(), tokens, n, 1e-5f, xn_fused.data(), got.data(), default_isa());
+      rms_norm_rows(x.data(), nullptr, tokens, w.data(), n, 1e-5f, xn_fused.data(), got.data(), default_isa());
       ASSERT_EQ(std::memcmp(xn.data(), xn_fused.data(), xn.size() * 4), 0);
       ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(BlockQ8_0)), 0);
+      // Rows by index (reversed, every other one repeated), without the quantization.
+      std::vector<int64_t> rows;
+      for (int64_t t = tokens - 1; t >= 0; --t) rows.push_back(t);
+      for (int64_t t = 0; t < tokens; t += 2) rows.push_back(t);
+      std::vector<float> picked(rows.size() * n, -1.0f);
+      rms_norm_rows(x.data(), rows.data(), static_cast<int64_t>(rows.size()), w.data(), n, 1e-5f, picked.data(),
+                    nullptr, default_isa());
+      for (size_t j = 0; j < rows.size(); ++j) {
+        ASSERT_EQ(std::memcmp(&picked[j * n], &xn[rows[j] * n], n * 4), 0) << "row " << j;
+      }
       for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::F16}) {
         const TestWeights tw = make_weights(type, 48, n, rng);
         std::vector<uint8_t> packed(static_cast<size_t>(48 * tw.view().row_bytes()));

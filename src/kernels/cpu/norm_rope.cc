@@ -6,6 +6,7 @@
 //
 // Both ops are O(n) per token and bandwidth-trivial next to matmul; the fast versions share the
 // reference's arithmetic (bit-identical), rope computes its cos/sin table once per call.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -16,11 +17,16 @@
 namespace pagellm::kernels {
 namespace {
 
+// sum: sum of x[i]^2 (each square in float) over i in [0, n), accumulated in double in order.
+float scale_of_sum(double sum, int64_t n, float eps) {
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  return 1.0f / std::sqrt(mean + eps);
+}
+
 float rms_scale(const float* x, int64_t n, float eps) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
-  const float mean = static_cast<float>(sum / static_cast<double>(n));
-  return 1.0f / std::sqrt(mean + eps);
+  return scale_of_sum(sum, n, eps);
 }
 
 void check_rope(int64_t head_dim, int64_t n_dims) {
@@ -40,12 +46,33 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   rms_norm_ref(x, weight, n, eps, out);
 }
 
-void rms_norm_q8_0(const float* x, const float* weight, int64_t num_tokens, int64_t n, float eps, float* out,
-                   BlockQ8_0* out_q8, Isa isa) {
-  PAGELLM_CHECK(n % kQK8_0 == 0, "rms_norm_q8_0: n " + std::to_string(n));
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    rms_norm(x + t * n, weight, n, eps, out + t * n);
-    quantize_activations_q8_0(out + t * n, 1, n, out_q8 + t * (n / kQK8_0), isa);
+void rms_norm_rows(const float* x, const int64_t* rows, int64_t num_rows, const float* weight, int64_t n, float eps,
+                   float* out, BlockQ8_0* out_q8, Isa isa) {
+  PAGELLM_CHECK(n > 0 && (out_q8 == nullptr || n % kQK8_0 == 0), "rms_norm_rows: n " + std::to_string(n));
+  constexpr int64_t kChains = 4;
+  for (int64_t j0 = 0; j0 < num_rows; j0 += kChains) {
+    const int64_t m = std::min(kChains, num_rows - j0);
+    if (m < kChains) {
+      for (int64_t j = j0; j < num_rows; ++j)
+        rms_norm(x + (rows != nullptr ? rows[j] : j) * n, weight, n, eps, out + j * n);
+    } else {
+      const float* xr[kChains];
+      for (int64_t c = 0; c < kChains; ++c) xr[c] = x + (rows != nullptr ? rows[j0 + c] : j0 + c) * n;
+      double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;  // named: an array stays in memory
+      for (int64_t i = 0; i < n; ++i) {
+        s0 += static_cast<double>(xr[0][i] * xr[0][i]);
+        s1 += static_cast<double>(xr[1][i] * xr[1][i]);
+        s2 += static_cast<double>(xr[2][i] * xr[2][i]);
+        s3 += static_cast<double>(xr[3][i] * xr[3][i]);
+      }
+      const double sum[kChains] = {s0, s1, s2, s3};
+      for (int64_t c = 0; c < kChains; ++c) {
+        float* o = out + (j0 + c) * n;
+        const float scale = scale_of_sum(sum[c], n, eps);
+        for (int64_t i = 0; i < n; ++i) o[i] = xr[c][i] * scale * weight[i];
+      }
+    }
+    if (out_q8 != nullptr) quantize_activations_q8_0(out + j0 * n, m, n, out_q8 + j0 * (n / kQK8_0), isa);
   }
 }
 

@@ -96,7 +96,7 @@ void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols,
 // ggml's vec_dot_type), an exact integer sum per block, blocks chained by FMA. matmul_ref is the
 // scalar oracle of the same arithmetic: matmul gives its bits, on every ISA and layout.
 // xq: optional, [num_tokens, w.cols / 32] blocks equal to quantize_activations_q8_0(x) (from
-// rms_norm_q8_0, or shared by several matmuls); used only when vec_dot_type(w.type) is Q8_0,
+// rms_norm_rows, or shared by several matmuls); used only when vec_dot_type(w.type) is Q8_0,
 // which then skips quantizing x. The result is the same bits either way.
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool, Workspace& ws,
             const BlockQ8_0* xq = nullptr);
@@ -110,12 +110,15 @@ void round_activations(GgmlType type, const float* x, int64_t n, float* out);
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i], i in [0, n). out may alias x.
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
 void rms_norm_ref(const float* x, const float* weight, int64_t n, float eps, float* out);
-// RMSNorm fused with the activation quantization of the matmuls that follow it: for each of
-// num_tokens rows of x ([num_tokens, n] f32), out_row = rms_norm(x_row) and, while that row is in
-// L1, out_q8_row = its q8_0 blocks (quantize_activations_q8_0). out: [num_tokens, n] f32 (not
-// aliasing x); out_q8: [num_tokens, n / 32]; n % 32 == 0. The same bits as the two ops apart.
-void rms_norm_q8_0(const float* x, const float* weight, int64_t num_tokens, int64_t n, float eps, float* out,
-                   BlockQ8_0* out_q8, Isa isa);
+// RMSNorm of several rows, optionally fused with the activation quantization of the matmuls that
+// follow it. Row j of out ([num_rows, n] f32, not aliasing x) = rms_norm(x + r * n), r = rows[j]
+// (rows == nullptr: r = j); if out_q8 != nullptr ([num_rows, n / 32], n % 32 == 0), its row j =
+// the q8_0 blocks of out row j (quantize_activations_q8_0), made while that row is in L1. The
+// same bits as rms_norm and the quantizer apart: four rows' sums of squares run as four
+// interleaved chains (the one-row sum is a serial chain of double adds, latency-bound), each in
+// rms_norm's order.
+void rms_norm_rows(const float* x, const int64_t* rows, int64_t num_rows, const float* weight, int64_t n, float eps,
+                   float* out, BlockQ8_0* out_q8, Isa isa);
 
 // RoPE as ggml applies it to llama tensors (GGML_ROPE_TYPE_NORM, adjacent pairs), in place.
 //   x: [num_heads, head_dim] for one token at position `pos`.
