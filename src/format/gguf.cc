@@ -1,5 +1,6 @@
 #include "format/gguf.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -290,6 +291,21 @@ void GgufFile::parse_all() {
            std::to_string(data_size) + " bytes)");
     }
     ti.data = bytes_.data() + data_offset_ + ti.offset;
+  }
+  // No two tensors share bytes (llama.cpp's reader goes further and wants them back to back): a
+  // flipped offset or type id would otherwise read another tensor's data as this one's.
+  std::vector<const GgufTensorInfo*> by_offset;
+  for (const GgufTensorInfo& ti : tensors_) by_offset.push_back(&ti);
+  std::sort(by_offset.begin(), by_offset.end(), [](const GgufTensorInfo* a, const GgufTensorInfo* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->size_bytes < b->size_bytes;
+  });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensorInfo& prev = *by_offset[i - 1];
+    const GgufTensorInfo& ti = *by_offset[i];
+    if (ti.offset < prev.offset + prev.size_bytes) {
+      fail("tensor '" + ti.name + "' (data offset " + std::to_string(ti.offset) + ") overlaps tensor '" + prev.name +
+           "' (" + std::to_string(prev.size_bytes) + " bytes at data offset " + std::to_string(prev.offset) + ")");
+    }
   }
 }
 

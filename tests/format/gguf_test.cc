@@ -190,6 +190,47 @@ TEST(Gguf, CorruptHeadersGiveNamedErrors) {
   expect_error(b, "general.architecture");
 }
 
+// Tensors whose bytes overlap (an offset or a type id flipped so that one reads another's data)
+// are refused, naming both; so is a real K-quant tensor retyped to f32 (4x more bytes).
+TEST(Gguf, OverlappingTensorDataIsAnError) {
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::str("llama"));
+  w.add_tensor("first", GgmlType::F32, {8, 2}, std::vector<uint8_t>(64));
+  w.add_tensor("second", GgmlType::F32, {8, 2}, std::vector<uint8_t>(64));
+  const std::vector<uint8_t> good = w.to_bytes();
+  ASSERT_NO_THROW(GgufFile::parse(good, "good.gguf"));
+  const auto name_at = std::search(good.begin(), good.end(), std::begin("second"), std::begin("second") + 6);
+  const size_t off_at = (name_at - good.begin()) + 6 + 4 + 2 * 8 + 4;  // name, n_dims, ne, type
+  for (uint8_t offset : {0, 32}) {                                     // same start; inside the first tensor
+    std::vector<uint8_t> b = good;
+    for (int i = 0; i < 8; ++i) b[off_at + i] = 0;
+    b[off_at] = offset;
+    try {
+      GgufFile::parse(b, "overlap.gguf");
+      ADD_FAILURE() << "no error at offset " << int{offset};
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("overlap.gguf"), std::string::npos) << what;
+      EXPECT_NE(what.find("overlaps tensor"), std::string::npos) << what;
+      EXPECT_NE(what.find("'first'"), std::string::npos) << what;
+      EXPECT_NE(what.find("'second'"), std::string::npos) << what;
+    }
+  }
+
+  std::vector<uint8_t> real = read_file(test::testdata("kquant/llama-kq-s7-q4_k_m.gguf"));
+  const auto parsed = GgufFile::parse(real, "real");
+  const GgufTensorInfo* q = parsed->find_tensor("blk.0.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  ASSERT_EQ(q->type, GgmlType::Q4_K);
+  const size_t q_dims = q->ne.size();
+  const std::string name = "blk.0.attn_q.weight";
+  const auto at = std::search(real.begin(), real.end(), name.begin(), name.end()) - real.begin();
+  const size_t type_at = at + name.size() + 4 + q_dims * 8;
+  ASSERT_EQ(real[type_at], static_cast<uint8_t>(GgmlType::Q4_K));
+  real[type_at] = static_cast<uint8_t>(GgmlType::F32);
+  EXPECT_THROW(GgufFile::parse(real, "retyped.gguf"), Error);
+}
+
 TEST(Gguf, RandomByteFlipsNeverCrash) {
   const std::vector<uint8_t> full = read_file(test::testdata("stories260K/stories260K-f16.gguf"));
   auto ok = GgufFile::parse(full, "x");

@@ -6,11 +6,12 @@
 //   * walks every metadata value (nested arrays included) and calls every typed accessor on every
 //     key plus a few well-known keys, accepting pagellm::Error from type mismatches;
 //   * reads the first and last byte of every tensor's data, so ASan flags a data pointer or size
-//     that reaches outside the input buffer;
+//     that reaches outside the input buffer, and requires that no two tensors share bytes;
 //   * re-serialises metadata and tensors with GgufWriter, re-parses the result and requires it to
 //     be equal to the first parse (a failure here traps).
 //
 // Build: see tests/fuzz/README.md (cmake -DPAGELLM_FUZZ=ON, target gguf_fuzzer).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -205,6 +206,15 @@ void check_file(const GgufFile& f, size_t size) {
     try_accessor([&] { g_sink = g_sink + f.tensor(t.name).size_bytes; });
   }
   try_accessor([&] { g_sink = g_sink + f.tensor("no.such.tensor").size_bytes; });
+  std::vector<const pagellm::GgufTensorInfo*> by_offset;
+  for (const pagellm::GgufTensorInfo& t : f.tensors()) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const pagellm::GgufTensorInfo* a, const pagellm::GgufTensorInfo* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    if (by_offset[i]->offset < by_offset[i - 1]->offset + by_offset[i - 1]->size_bytes) {
+      bug("accepted overlapping tensors: " + by_offset[i - 1]->name + ", " + by_offset[i]->name);
+    }
+  }
 
   round_trip(f);
 }

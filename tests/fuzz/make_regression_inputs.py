@@ -162,7 +162,8 @@ def cases():
     c['bad-tensor-name-length-huge'] = header(1, 0) + gstr('t', length=1 << 63) + b'\0' * 32
     c['bad-tensor-duplicate-name'] = with_data(
         header(2, 0) + tinfo('t', [4], F32_T, 0) + tinfo('t', [4], F32_T, 32), b'\0' * 64)
-    c['good-tensors-overlapping'] = with_data(
+    # llama.cpp wants tensors back to back; pagellm wants no two sharing bytes.
+    c['bad-tensors-overlapping'] = with_data(
         header(2, 0) + tinfo('a', [4], F32_T, 0) + tinfo('b', [2, 2], F32_T, 0), b'\x22' * 16)
     c['good-tensor-q8_0-at-end'] = with_data(header(1, 0) + tinfo('q', [32], Q8_0_T, 0), b'\x01' * 34)
     c['good-tensor-v2'] = with_data(header(1, 0, version=2) + tinfo('t', [2, 1, 1, 1], F16_T, 0), b'\0' * 4)
