@@ -68,6 +68,12 @@ void SafetensorsFile::parse_all(std::span<const uint8_t> bytes) {
          " bytes)");
   }
   const auto* text = reinterpret_cast<const char*>(bytes.data() + 8);
+  // The format pads the header with spaces; a NUL (where the JSON reader would stop) means a
+  // header length that reaches into the data, or padding that is not the format's.
+  if (const void* nul = std::memchr(text, 0, n); nul != nullptr) {
+    fail("the header (" + std::to_string(n) + " bytes, from its length field) holds a NUL byte at header offset " +
+         std::to_string(static_cast<const char*>(nul) - text) + ": the length is wrong or the padding is not spaces");
+  }
   const nlohmann::json header = nlohmann::json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) fail("the header is not valid JSON");
   if (!header.is_object()) fail("the header is not a JSON object");

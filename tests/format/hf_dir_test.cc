@@ -112,6 +112,12 @@ TEST(Safetensors, EveryLieIsNamed) {
   expect_bad(R"({"a":{"dtype":"F32","shape":[2]}})", 8, {"'a'", "data_offsets"});
   expect_bad(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", 8, {"not valid JSON"});
   expect_bad(R"([1,2])", 0, {"not a JSON object"});
+  // A header length reaching into zero bytes of data, and NUL padding (the format pads with spaces).
+  const std::string one = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  expect_bad(one, 16, {"x.safetensors", "NUL byte at header offset " + std::to_string(one.size()), "length"},
+             one.size() + 8);
+  expect_bad(one + std::string(8, '\0'), 8, {"NUL byte at header offset " + std::to_string(one.size())});
+  EXPECT_NO_THROW(SafetensorsFile::parse(st_bytes(one + std::string(8, ' '), 8), "x.safetensors"));
   expect_bad(R"({})", 0, {"runs past the end"}, 1000);
   expect_bad(R"({})", 0, {"100 MiB"}, uint64_t{1} << 40);
   expect_error([] { SafetensorsFile::parse(std::vector<uint8_t>(5), "x.safetensors"); }, {"too small"});
