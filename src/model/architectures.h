@@ -4,7 +4,9 @@
 // pagellm::Error naming the file and key for a missing or invalid one.
 #pragma once
 
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "format/gguf.h"
@@ -36,7 +38,8 @@ inline std::span<const Architecture> architectures() {
 // positive f32, else `fallback`; a required one throws naming the key when absent.
 int64_t arch_u64(const GgufFile& f, const LlamaConfig& c, const std::string& key, uint64_t max, int64_t fallback);
 int64_t arch_u64(const GgufFile& f, const LlamaConfig& c, const std::string& key, uint64_t max);
-float arch_f32(const GgufFile& f, const LlamaConfig& c, const std::string& key, float fallback);
+// fallback nullopt: the key is required.
+float arch_f32(const GgufFile& f, const LlamaConfig& c, const std::string& key, std::optional<float> fallback);
 // Throws naming the key when `<arch>.key` is present: a feature this architecture's file does not
 // implement (what = what it is).
 void refuse_key(const GgufFile& f, const LlamaConfig& c, const std::string& key, const std::string& what);

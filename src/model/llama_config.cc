@@ -5,7 +5,9 @@
 #include "model/llama_config.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -40,7 +42,7 @@ int64_t arch_u64(const GgufFile& f, const LlamaConfig& c, const std::string& key
   return f.find(c.architecture + "." + key) ? arch_u64(f, c, key, max) : fallback;
 }
 
-float arch_f32(const GgufFile& f, const LlamaConfig& c, const std::string& key, float fallback) {
+float arch_f32(const GgufFile& f, const LlamaConfig& c, const std::string& key, std::optional<float> fallback) {
   const std::string k = c.architecture + "." + key;
   const float v = f.get_f32(k, fallback);
   if (!(v > 0.0f) || !std::isfinite(v)) {
@@ -77,6 +79,13 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   c.hidden_size = get("embedding_length", 1 << 16);
   c.intermediate_size = get("feed_forward_length", 1 << 18);
   c.num_hidden_layers = get("block_count", 1024);
+  for (const GgufTensorInfo& t : f.tensors()) {  // a lowered block_count would drop layers silently
+    int64_t layer = -1;
+    if (std::sscanf(t.name.c_str(), "blk.%" SCNd64 ".", &layer) == 1 && layer >= c.num_hidden_layers) {
+      throw Error("model '" + f.path() + "': tensor '" + t.name + "' is of layer " + std::to_string(layer) + ", but " +
+                  a + "block_count = " + std::to_string(c.num_hidden_layers));
+    }
+  }
   c.num_attention_heads = get("attention.head_count", 1024);
   c.num_key_value_heads = arch_u64(f, c, "attention.head_count_kv", 1024, c.num_attention_heads);
   c.max_position_embeddings = get("context_length", uint64_t{1} << 24);
@@ -88,20 +97,31 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
     c.head_dim = get("attention.key_length", 4096);
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
-      throw Error("model '" + f.path() + "': embedding_length is not a multiple of head_count");
+      throw Error("model '" + f.path() + "': " + a + "embedding_length " + std::to_string(c.hidden_size) +
+                  " is not a multiple of " + a + "attention.head_count " + std::to_string(c.num_attention_heads) +
+                  " (and " + a + "attention.key_length, the head size, is absent)");
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  if (f.find(a + "attention.value_length") && get("attention.value_length", 4096) != c.head_dim) {
-    throw Error("model '" + f.path() + "': attention.value_length != key_length is not supported");
+  if (f.find(a + "attention.value_length")) {
+    const int64_t value_length = get("attention.value_length", 4096);
+    if (value_length != c.head_dim) {
+      throw Error("model '" + f.path() + "': " + a + "attention.value_length = " + std::to_string(value_length) +
+                  " differs from the head size " + std::to_string(c.head_dim) + " (" +
+                  (f.find(a + "attention.key_length") ? a + "attention.key_length"
+                                                      : a + "embedding_length / " + a + "attention.head_count, " + a +
+                                                            "attention.key_length being absent") +
+                  "): not supported");
+    }
   }
   c.rope_dim = arch_u64(f, c, "rope.dimension_count", 4096, c.head_dim);
   if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
-    throw Error("model '" + f.path() + "': rope.dimension_count = " + std::to_string(c.rope_dim) +
+    throw Error("model '" + f.path() + "': " + a + "rope.dimension_count = " + std::to_string(c.rope_dim) +
                 " must be even and <= head_dim " + std::to_string(c.head_dim));
   }
   c.rope_theta = arch_f32(f, c, "rope.freq_base", 10000.0f);
-  c.rms_norm_eps = arch_f32(f, c, "attention.layer_norm_rms_epsilon", 1e-5f);
+  // Required, as llama.cpp requires it: a default would be silently wrong for the 1e-6 models.
+  c.rms_norm_eps = arch_f32(f, c, "attention.layer_norm_rms_epsilon", std::nullopt);
   if (f.find(a + "rope.scaling.type") && f.get_string(a + "rope.scaling.type") != "none") {
     throw Error("model '" + f.path() + "': " + a + "rope.scaling.type '" + f.get_string(a + "rope.scaling.type") +
                 "' is not supported yet");

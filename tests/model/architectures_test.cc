@@ -106,7 +106,9 @@ TEST(Architectures, MissingKeyOrTensorIsNamed) {
         Case{"qwen2-s12-f32.gguf", "blk.1.attn_v.bias"}, Case{"qwen3-s13-f32.gguf", "blk.0.attn_k_norm.weight"},
         Case{"gemma3-s14-f32.gguf", "blk.1.post_ffw_norm.weight"},
         Case{"gemma3-s14-f32.gguf", "blk.0.post_attention_norm.weight"},
-        Case{"phi3-s15-f32.gguf", "blk.0.attn_qkv.weight"}}) {
+        Case{"phi3-s15-f32.gguf", "blk.0.attn_qkv.weight"},
+        Case{"qwen3-s13-f32.gguf", "qwen3.attention.layer_norm_rms_epsilon"},
+        Case{"gemma3-s14-f32.gguf", "gemma3.attention.layer_norm_rms_epsilon"}}) {
     SCOPED_TRACE(std::string(c.file) + " without " + c.drop);
     const auto f = open_arch(c.file);
     expect_load_error(*edit(*f, c.drop).file, c.drop);
@@ -137,6 +139,14 @@ TEST(Architectures, InvalidOrUnsupportedValuesAreNamed) {
   const std::vector<uint8_t> bytes = w.to_bytes();
   expect_load_error(*GgufFile::parse(bytes, "as-qwen2.gguf"),
                     "rope_freqs.weight is not supported for architecture qwen2");
+  // A head size that value_length does not match names the key the head size came from.
+  expect_load_error(*edit(*gemma3, "", {{"gemma3.attention.key_length", GgufValue::u32(63)}}).file,
+                    "differs from the head size 63 (gemma3.attention.key_length)");
+  const auto qwen3 = open_arch("qwen3-s13-f32.gguf");
+  expect_load_error(*edit(*qwen3, "qwen3.attention.key_length").file, "qwen3.attention.key_length being absent");
+  // Layers the file holds beyond block_count would be silently dropped.
+  expect_load_error(*edit(*qwen3, "", {{"qwen3.block_count", GgufValue::u32(1)}}).file,
+                    "is of layer 1, but qwen3.block_count = 1");
   const auto phi3 = open_arch("phi3-s15-f32.gguf");
   expect_load_error(*edit(*phi3, "", {{"phi3.rope.scaling.attn_factor", GgufValue::f32(1.2f)}}).file,
                     "phi3.rope.scaling.attn_factor");
