@@ -21,6 +21,17 @@ bool all_full_attention(const LlamaModel& m) {
   return std::all_of(w.begin(), w.end(), [](int64_t x) { return x == 0; });
 }
 
+// The model of `file`; an error about a Hugging Face directory's GGUF view also gives the
+// config.json fields and safetensors tensors it names.
+std::unique_ptr<LlamaModel> load_model(const GgufFile& file, ThreadPool* pool) {
+  try {
+    return std::make_unique<LlamaModel>(file, pool);
+  } catch (const Error& e) {
+    if (file.version() != 0) throw;
+    throw Error(std::string(e.what()) + hf_names_in(e.what()));
+  }
+}
+
 }  // namespace
 
 void LLM::load_draft(const LlamaModel& target, ThreadPool* pool) {
@@ -28,7 +39,7 @@ void LLM::load_draft(const LlamaModel& target, ThreadPool* pool) {
   std::unique_ptr<Tokenizer> draft_tokenizer;
   try {  // a bad draft file's error says it is the draft
     draft_file_ = open_model_file(path);
-    draft_model_ = std::make_unique<LlamaModel>(*draft_file_, pool);
+    draft_model_ = load_model(*draft_file_, pool);
     draft_tokenizer = Tokenizer::from_gguf(*draft_file_);
   } catch (const Error& e) {
     throw Error("--speculative-model '" + path + "': " + e.what());
@@ -58,7 +69,7 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   auto pool =
       std::make_unique<ThreadPool>(config_.num_threads > 0 ? config_.num_threads : ThreadPool::default_num_threads());
   file_ = open_model_file(config_.model_path);
-  auto model = std::make_unique<LlamaModel>(*file_, pool.get());
+  std::unique_ptr<LlamaModel> model = load_model(*file_, pool.get());
   try {
     tokenizer_ = Tokenizer::from_gguf(*file_);
   } catch (const Error& e) {

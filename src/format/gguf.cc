@@ -198,7 +198,9 @@ std::unique_ptr<GgufFile> GgufFile::parse(std::span<const uint8_t> bytes, const 
 
 GgufFile::~GgufFile() = default;
 
-void GgufFile::fail(const std::string& what) const { throw Error("GGUF file '" + path_ + "': " + what); }
+void GgufFile::fail(const std::string& what) const {
+  throw Error((version_ == 0 ? "Hugging Face directory '" : "GGUF file '") + path_ + "': " + what);
+}
 
 void GgufFile::parse_all() {
   Reader r(bytes_, path_);

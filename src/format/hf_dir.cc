@@ -7,12 +7,16 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <numbers>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "format/hf_json.h"
@@ -416,6 +420,61 @@ std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir) {
     // error naming the directory, never a foreign exception.
     throw Error("Hugging Face directory '" + dir + "': a JSON field has the wrong type: " + e.what());
   }
+}
+
+std::string hf_names_in(const std::string& message) {
+  // The <arch>.* keys read_config writes, and the config.json field each comes from.
+  constexpr std::pair<const char*, const char*> kKeys[] = {
+      {".context_length", "max_position_embeddings"},
+      {".embedding_length", "hidden_size"},
+      {".feed_forward_length", "intermediate_size"},
+      {".block_count", "num_hidden_layers"},
+      {".attention.head_count_kv", "num_key_value_heads"},
+      {".attention.head_count", "num_attention_heads"},
+      {".attention.key_length", "head_dim"},
+      {".attention.value_length", "head_dim"},
+      {".attention.layer_norm_rms_epsilon", "rms_norm_eps"},
+      {".rope.freq_base", "rope_theta"},
+  };
+  std::vector<std::string> names;
+  auto add = [&](std::string s) {
+    if (std::find(names.begin(), names.end(), s) == names.end()) names.push_back(std::move(s));
+  };
+  for (const ArchMap& a : kArchs) {
+    for (const auto& [key, field] : kKeys) {
+      const std::string k = std::string(a.arch) + key;
+      for (size_t at = message.find(k); at != std::string::npos; at = message.find(k, at + 1)) {
+        const size_t end = at + k.size();  // whole key only (head_count is a prefix of head_count_kv)
+        if (end == message.size() ||
+            !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '_' || message[end] == '.')) {
+          add(k + " is config.json's \"" + field + "\"");
+          break;
+        }
+      }
+    }
+  }
+  constexpr std::pair<const char*, const char*> kGlobal[] = {{"token_embd.weight", "model.embed_tokens.weight"},
+                                                             {"output_norm.weight", "model.norm.weight"},
+                                                             {"output.weight", "lm_head.weight"}};
+  for (size_t q = message.find('\''); q != std::string::npos; q = message.find('\'', q + 1)) {
+    const size_t end = message.find('\'', q + 1);
+    if (end == std::string::npos) break;
+    const std::string name = message.substr(q + 1, end - q - 1);
+    q = end;
+    for (const auto& [gguf, hf] : kGlobal) {
+      if (name == gguf) add("'" + name + "' is the safetensors tensor '" + hf + "'");
+    }
+    int layer = -1, consumed = 0;
+    if (std::sscanf(name.c_str(), "blk.%d.%n", &layer, &consumed) != 1 || consumed == 0) continue;
+    for (const auto& [from, to] : kLayerTensors) {
+      if (name.substr(static_cast<size_t>(consumed)) == to) {
+        add("'" + name + "' is the safetensors tensor 'model.layers." + std::to_string(layer) + "." + from + "'");
+      }
+    }
+  }
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? " (in Hugging Face terms: " : "; ") + n;
+  return out.empty() ? out : out + ")";
 }
 
 std::unique_ptr<GgufFile> open_model_file(const std::string& path) {

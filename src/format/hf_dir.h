@@ -30,6 +30,12 @@ namespace pagellm {
 // unsupported architecture, dtype or tokenizer, a tensor of the wrong shape.
 std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir);
 
+// For an error raised by a consumer of open_hf_directory's GGUF view (the model's loader): the
+// Hugging Face names of the GGUF keys and tensors that `message` mentions, as a sentence to append
+// ("" when it mentions none): "<arch>.block_count" is config.json's "num_hidden_layers",
+// 'blk.1.ffn_up.weight' is 'model.layers.1.mlp.up_proj.weight' of the safetensors files.
+std::string hf_names_in(const std::string& message);
+
 // A GGUF file, or a Hugging Face directory when `path` is a directory. Throws pagellm::Error.
 std::unique_ptr<GgufFile> open_model_file(const std::string& path);
 

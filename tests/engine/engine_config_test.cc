@@ -4,7 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "engine/engine_core.h"
@@ -154,6 +160,36 @@ TEST(PlanKvCache, LlmUsesThePlan) {
   EXPECT_EQ(llm.kv_manager().block_size(), 8);
   c.block_size = 12;
   EXPECT_THROW(LLM{c}, Error);
+}
+
+// A Hugging Face directory whose config.json holds fewer layers than its safetensors: refused
+// (not run as a truncated model), in config.json's and the safetensors' names.
+TEST(LlmLoad, HuggingFaceDirectoryErrorsNameTheConfigFieldAndTensor) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pagellm-llm-hf-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(test::testdata("tinystories-656k/hf"))) {
+    fs::copy_file(e.path(), dir / e.path().filename());
+  }
+  fs::permissions(dir / "config.json", fs::perms::owner_write, fs::perm_options::add);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  ASSERT_GT(config["num_hidden_layers"].get<int>(), 1);
+  config["num_hidden_layers"] = 1;
+  std::ofstream(dir / "config.json") << config.dump();
+  EngineConfig c;
+  c.model_path = dir.string();
+  c.num_threads = 1;
+  try {
+    LLM llm(c);
+    ADD_FAILURE() << "a model with its layer 1 dropped loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("is of layer 1, but llama.block_count = 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("config.json's \"num_hidden_layers\""), std::string::npos) << what;
+    EXPECT_NE(what.find("'model.layers.1."), std::string::npos) << what;
+  }
+  fs::remove_all(dir);
 }
 
 // Greedy tokens of a few requests run together, with the given block size (several prompts, one

@@ -123,6 +123,24 @@ TEST(Safetensors, EveryLieIsNamed) {
   expect_error([] { SafetensorsFile::parse(std::vector<uint8_t>(5), "x.safetensors"); }, {"too small"});
 }
 
+// The model's errors about a directory's GGUF view, in Hugging Face terms: whole keys only
+// (head_count is a prefix of head_count_kv), layer tensors by their layer, nothing for names the
+// conversion does not make.
+TEST(HfDir, ModelErrorsAreTranslatedToConfigFieldsAndTensorNames) {
+  EXPECT_EQ(hf_names_in("model 'd': tensor 'blk.1.attn_norm.weight' is of layer 1, but llama.block_count = 1"),
+            " (in Hugging Face terms: llama.block_count is config.json's \"num_hidden_layers\"; "
+            "'blk.1.attn_norm.weight' is the safetensors tensor 'model.layers.1.input_layernorm.weight')");
+  EXPECT_EQ(hf_names_in("qwen3.attention.head_count_kv = 3"),
+            " (in Hugging Face terms: qwen3.attention.head_count_kv is config.json's \"num_key_value_heads\")");
+  EXPECT_EQ(hf_names_in("tensor 'token_embd.weight' must be [256, vocab]"),
+            " (in Hugging Face terms: 'token_embd.weight' is the safetensors tensor 'model.embed_tokens.weight')");
+  EXPECT_EQ(hf_names_in("required tensor 'blk.12.ffn_up.weight' is missing"),
+            " (in Hugging Face terms: 'blk.12.ffn_up.weight' is the safetensors tensor "
+            "'model.layers.12.mlp.up_proj.weight')");
+  EXPECT_EQ(hf_names_in("tensor 'blk.0.ffn_up_exps.weight' and 'rope_freqs.weight', gemma3.block_count"), "");
+  EXPECT_EQ(hf_names_in("unterminated 'blk.0.attn_q.weight"), "");
+}
+
 // ---- hostile directories ----------------------------------------------------------------
 
 class HfDirEdit : public ::testing::Test {
