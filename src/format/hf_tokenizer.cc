@@ -62,9 +62,9 @@ Style detect_style(const JsonFile& tok) {
     } else if (t == "Replace" && n.contains("pattern") && n["pattern"].is_object() &&
                n["pattern"].value("String", "") == " " && n.value("content", "") == kSpmSpace) {
       st.spm = true;
-    } else if (t == "NFC" || t == "NFKC" || t == "NFD" || t == "Lowercase" || t == "Strip" || t == "Replace" ||
-               t == "Prepend" || t == "BertNormalizer") {
-      tok.fail("normalizer", "has a " + t + " normalizer, which is not supported");
+    } else {  // NFC, Lowercase, other Replace / Prepend forms, or a type we have never heard of
+      tok.fail("normalizer",
+               "has a " + (t.empty() ? std::string("typeless") : t) + " normalizer, which is not supported");
     }
   }
   const std::vector<Json> pres = flatten(pre, "pretokenizers");

@@ -375,6 +375,11 @@ TEST_F(HfDirEdit, UnsupportedTokenizerIsNamed) {
   t["pre_tokenizer"] = {{"type", "Whitespace"}};
   write("tokenizer.json", t);
   expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "pre_tokenizer"});
+  // A normalizer of a type never heard of is named as the normalizer, not passed over.
+  t = read("tokenizer.json");
+  t["normalizer"] = {{"type", "FooNorm"}};
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "'normalizer'", "FooNorm"});
 }
 
 TEST_F(HfDirEdit, Llama3RopeScalingBecomesRopeFreqs) {
