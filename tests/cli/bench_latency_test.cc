@@ -56,7 +56,7 @@ TEST(BenchLatencyCli, JsonReportsEveryFigure) {
   EXPECT_GT(j["decode_bytes_per_token"].get<int64_t>(), 0);
   EXPECT_LE(j["decode_bytes_per_token"].get<int64_t>(), j["model_bytes"].get<int64_t>());
   const std::string isa = j["kernels"].get<std::string>();  // the kernels the figures come from
-  EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512" || isa == "avx512vnni") << isa;
+  EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512" || isa == "avx512vnni" || isa == "avx512bf16") << isa;
 }
 
 // The kernels named are the ones that ran: the environment caps them at load.

@@ -212,6 +212,53 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                                            GgmlType::Q6_K, GgmlType::IQ4_XS),
                          [](const ::testing::TestParamInfo<GgmlType>& info) { return type_name(info.param); });
 
+// Every ISA's tiles round the activations to F16 / BF16 themselves while packing them, and must
+// round as round_activations does: the low bits set to just below, at (ties to even) and just
+// above half a unit of the type; and a NaN whose payload lies only in the low mantissa bits stays
+// a NaN (a rounding that ignored NaNs would carry it into the exponent: +inf, with these
+// non-negative weights). Tokens 1, 13 and 31 take the one-tile, permuted and converted paths of
+// the BF16 pair tiles.
+TEST(Matmul, FloatTilesRoundTheActivationsAsTheOracle) {
+  Workspace ws;
+  for (GgmlType type : {GgmlType::F16, GgmlType::BF16}) {
+    Rng rng(99);
+    const int64_t rows = 32, cols = 70;
+    TestWeights tw = make_weights(type, rows, cols, rng);
+    for (size_t i = 1; i < tw.bytes.size(); i += 2) tw.bytes[i] &= 0x7f;  // clear each sign bit
+    const uint32_t half = type == GgmlType::BF16 ? 0x8000u : 0x1000u;     // f32 bits below the type's ulp
+    for (int64_t num_tokens : {1, 13, 31}) {
+      std::vector<float> x = rng.vec(num_tokens * cols);
+      for (size_t i = 0; i < x.size(); ++i) {
+        uint32_t u = 0;
+        std::memcpy(&u, &x[i], 4);
+        u = (u & ~(2 * half - 1)) | (half - 1 + i % 3);
+        const int64_t t = static_cast<int64_t>(i) / cols, c = static_cast<int64_t>(i) % cols;
+        if (t % 2 == 1 && c == (t * 7) % cols) u = 0x7f800001u;  // a signalling NaN, payload 1
+        std::memcpy(&x[i], &u, 4);
+      }
+      std::vector<float> y_ref(num_tokens * rows), y(num_tokens * rows);
+      matmul_ref(tw.view(), x.data(), num_tokens, y_ref.data());
+      for (Isa isa : usable_isas()) {
+        std::vector<uint8_t> buf;
+        matmul(on(tw, isa, true, buf), x.data(), num_tokens, y.data(), nullptr, ws);
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = y_ref[t * rows + r], got = y[t * rows + r];
+            SCOPED_TRACE(name_of(type) + " " + isa_name(isa) + " tokens " + std::to_string(num_tokens) + " token " +
+                         std::to_string(t) + " row " + std::to_string(r));
+            ASSERT_EQ(std::isnan(want), t % 2 == 1);
+            if (t % 2 == 1) {
+              ASSERT_TRUE(std::isnan(got)) << got;
+            } else {
+              ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << got << " vs " << want;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Layouts that cannot be repacked, or read, stop the program (programming errors, PAGELLM_CHECK).
 TEST(Matmul, RepackRefusesOtherTypesAndLayouts) {
   Rng rng(79);

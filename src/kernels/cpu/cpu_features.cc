@@ -24,7 +24,11 @@ Isa probe() {
   // AVX512_VNNI: CPUID leaf 7, sub-leaf 0, ECX bit 11. The OS saves the AVX-512 state, or
   // avx512f above would have failed.
   const bool vnni = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 11)) != 0;
-  return vnni ? Isa::kAvx512Vnni : Isa::kAvx512;
+  if (!vnni) return Isa::kAvx512;
+  // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (Intel SDM vol. 2A, table 3-8). Every CPU
+  // that has it also has VNNI (Cooper Lake, Sapphire Rapids and later; AMD Zen 4 and later).
+  const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+  return bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512Vnni;
 #else
   return Isa::kScalar;
 #endif
@@ -44,6 +48,7 @@ const char* isa_name(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Vnni: return "avx512vnni";
+    case Isa::kAvx512Bf16: return "avx512bf16";
   }
   return "?";
 }

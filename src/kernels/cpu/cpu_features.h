@@ -1,7 +1,8 @@
 // The instruction set the kernels run on, chosen once (docs/design.md, "Kernel table").
 //
-// Files named *_avx2.cc are compiled for AVX2/FMA/F16C, *_avx512.cc for AVX-512 F/BW/VL/DQ and
-// *_avx512vnni.cc for those plus VNNI (CMakeLists.txt); everything else targets baseline x86-64.
+// Files named *_avx2.cc are compiled for AVX2/FMA/F16C, *_avx512.cc for AVX-512 F/BW/VL/DQ,
+// *_avx512vnni.cc for those plus VNNI and *_avx512bf16.cc plus AVX512_BF16 (CMakeLists.txt);
+// everything else targets baseline x86-64.
 // A kernel enters a file compiled for an ISA only when the Isa value it was given allows it:
 // nothing here is global state that changes after start-up, so a test can run every ISA the CPU
 // has, side by side, by passing each value explicitly.
@@ -17,7 +18,8 @@ namespace pagellm::kernels {
 //   kAvx2        AVX2 + FMA + F16C
 //   kAvx512      also AVX-512 F/BW/VL/DQ (the float tiles need no more)
 //   kAvx512Vnni  also AVX-512 VNNI (the integer tiles of Q8_0/Q4_0)
-enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
+//   kAvx512Bf16  also AVX512_BF16 (VDPBF16PS: the BF16 tiles)
+enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Bf16 = 4 };
 
 const char* isa_name(Isa isa);
 

@@ -60,6 +60,21 @@ void seq_tiles_avx512(const void* w, int64_t tiles, const void* xp, int64_t cols
   avx512::seq_tiles<T>(w, tiles, static_cast<const float*>(xp), cols, num_tokens, y, ys);
 }
 
+// BF16 with AVX512_BF16 (even cols): activations as bf16 pairs (avx512::pack_bf16_pairs, half the
+// bytes of f32), tiles on VDPBF16PS; odd cols fall back to the AVX-512 FMA tiles.
+int64_t bf16_pairs_prepared_bytes(int64_t num_tokens, int64_t cols) {
+  return cols % 2 == 0 ? num_tokens * cols * 2 : seq_prepared_bytes(num_tokens, cols);
+}
+void bf16_pairs_prepare(const float* x, const void* xa, int64_t num_tokens, int64_t cols, void* out) {
+  if (cols % 2 != 0) return seq_prepare<GgmlType::BF16, avx512::kSeqTileTokens>(x, xa, num_tokens, cols, out);
+  avx512::pack_bf16_pairs(x, num_tokens, cols, static_cast<uint32_t*>(out));
+}
+void bf16_pairs_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y,
+                      int64_t ys) {
+  if (cols % 2 != 0) return seq_tiles_avx512<GgmlType::BF16>(w, tiles, xp, cols, num_tokens, y, ys);
+  avx512::seq_tiles_bf16_pairs(w, tiles, static_cast<const uint32_t*>(xp), cols, num_tokens, y, ys);
+}
+
 template <GgmlType T>
 void seq_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
   constexpr size_t kElem = T == GgmlType::F32 ? 4 : 2;
@@ -90,6 +105,9 @@ constexpr KernelTraits float_row() {
   t.avx512_needs = Isa::kAvx512;
   t.avx2 = {seq_prepared_bytes, seq_prepare<T, avx2::kSeqTileTokens>, seq_tiles_avx2<T>, seq_dot_avx2<T>};
   t.avx512 = {seq_prepared_bytes, seq_prepare<T, avx512::kSeqTileTokens>, seq_tiles_avx512<T>, seq_dot_avx2<T>};
+  if constexpr (T == GgmlType::BF16) {
+    t.avx512bf16 = {bf16_pairs_prepared_bytes, bf16_pairs_prepare, bf16_pairs_tiles, seq_dot_avx2<T>};
+  }
   return t;
 }
 

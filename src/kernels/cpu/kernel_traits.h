@@ -4,7 +4,8 @@
 //
 // One arithmetic per weight family, on every CPU (docs/design.md, "Kernel table"):
 //   F32/F16/BF16  "sequential": x rounded to the weight's type, then one FMA chain per output,
-//                 s = fma(w[k], x[k], s) for k = 0 .. cols - 1 from s = 0 (ref::dot_*_seq).
+//                 s = fma(w[k], x[k], s) for k = 0 .. cols - 1 from s = 0 (ref::dot_*_seq);
+//                 BF16 with AVX512_BF16 two links per VDPBF16PS (subnormals flushed).
 //   Q8_0/Q4_0     "block sums": x quantized to q8_0 (ggml's x86 activation quantizer), per block
 //                 the exact int32 sum, s = fma(float(isum), d_w * d_x, s), blocks in order
 //                 (ref::dot_*_blocksum).
@@ -66,9 +67,14 @@ struct KernelTraits {
   // The AVX-512 tiles need this level (kAvx512 for floats, kAvx512Vnni for the integer tiles).
   Isa avx512_needs = Isa::kAvx512;
   IsaKernels avx2, avx512;
+  // Tiles for Isa::kAvx512Bf16 where the type has them (BF16's VDPBF16PS tiles), else empty.
+  IsaKernels avx512bf16;
 
   // The tiles for isa (>= kAvx2).
-  const IsaKernels& tiles_for(Isa isa) const { return isa >= avx512_needs ? avx512 : avx2; }
+  const IsaKernels& tiles_for(Isa isa) const {
+    if (isa >= Isa::kAvx512Bf16 && avx512bf16.tiles != nullptr) return avx512bf16;
+    return isa >= avx512_needs ? avx512 : avx2;
+  }
 };
 
 // The row of `type`, or nullptr when matmul does not support it.

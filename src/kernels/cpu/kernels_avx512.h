@@ -18,6 +18,16 @@ template <GgmlType T>
 void seq_tiles(const void* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
                int64_t y_stride);
 
+// BF16 on VDPBF16PS (matmul_seq_avx512bf16.cc; only with Isa::kAvx512Bf16, n even): the same
+// chains as seq_tiles<BF16>, two steps per instruction (the same bits, but for subnormals, which
+// the instruction flushes). pack_bf16_pairs: x [num_tokens, n] f32 -> out: token tiles of
+// kSeqTileTokens (the last may be shorter), tile t0 at out + t0 * n / 2, holding for pair p and
+// token t the dword bf16(x[t, 2p]) << 16 | bf16(x[t, 2p + 1]) at p * m + t (rounded as
+// round_activations(BF16)). seq_tiles_bf16_pairs: as seq_tiles<BF16>, reading those pairs.
+void pack_bf16_pairs(const float* x, int64_t num_tokens, int64_t n, uint32_t* out);
+void seq_tiles_bf16_pairs(const void* w, int64_t tiles, const uint32_t* xp, int64_t n, int64_t num_tokens, float* y,
+                          int64_t y_stride);
+
 // Attention (attention_avx512.cc): r in {1, 4} keys (key i at k + i * k_stride) x the 2 query
 // heads at q and q + n, n elements each: out[i * 2 + j] = q_j . key i, bit-identical to
 // avx2::dot_f32(q_j, key i).
