@@ -1,5 +1,7 @@
 #include <cstdio>
+#include <iterator>
 #include <memory>
+#include <string>
 #include <variant>
 
 #include "cli/commands.h"
@@ -35,6 +37,22 @@ std::string value_to_string(const GgufValue& v) {
   return out;
 }
 
+// general.file_type: what most of the file's tensors are (llama.cpp's llama_ftype, which the GGUF
+// specification, ggml docs/gguf.md, refers to). Values the format has retired print bare.
+std::string file_type_name(uint64_t v) {
+  static constexpr const char* kNames[] = {
+      "ALL_F32",       "MOSTLY_F16",     "MOSTLY_Q4_0",   "MOSTLY_Q4_1",   nullptr,         nullptr,
+      nullptr,         "MOSTLY_Q8_0",    "MOSTLY_Q5_0",   "MOSTLY_Q5_1",   "MOSTLY_Q2_K",   "MOSTLY_Q3_K_S",
+      "MOSTLY_Q3_K_M", "MOSTLY_Q3_K_L",  "MOSTLY_Q4_K_S", "MOSTLY_Q4_K_M", "MOSTLY_Q5_K_S", "MOSTLY_Q5_K_M",
+      "MOSTLY_Q6_K",   "MOSTLY_IQ2_XXS", "MOSTLY_IQ2_XS", "MOSTLY_Q2_K_S", "MOSTLY_IQ3_XS", "MOSTLY_IQ3_XXS",
+      "MOSTLY_IQ1_S",  "MOSTLY_IQ4_NL",  "MOSTLY_IQ3_S",  "MOSTLY_IQ3_M",  "MOSTLY_IQ2_S",  "MOSTLY_IQ2_M",
+      "MOSTLY_IQ4_XS", "MOSTLY_IQ1_M",   "MOSTLY_BF16",   nullptr,         nullptr,         nullptr,
+      "MOSTLY_TQ1_0",  "MOSTLY_TQ2_0"};
+  const std::string n = std::to_string(v);
+  if (v < std::size(kNames) && kNames[v] != nullptr) return n + " (" + kNames[v] + ")";
+  return v == 1024 ? n + " (GUESSED)" : n;
+}
+
 int run_info(const std::string& path) {
   auto f = open_model_file(path);
   if (f->version() == 0) {
@@ -46,7 +64,11 @@ int run_info(const std::string& path) {
   }
   std::printf("metadata (%zu keys):\n", f->metadata().size());
   for (const auto& [key, value] : f->metadata()) {
-    std::printf("  %-45s %-8s %s\n", key.c_str(), gguf_type_name(value.type), value_to_string(value).c_str());
+    std::string shown = value_to_string(value);
+    if (key == "general.file_type") {
+      if (const auto* u = std::get_if<uint64_t>(&value.v)) shown = file_type_name(*u);
+    }
+    std::printf("  %-45s %-8s %s\n", key.c_str(), gguf_type_name(value.type), shown.c_str());
   }
   std::printf("\ntensors (%zu):\n", f->tensors().size());
   int64_t params = 0;

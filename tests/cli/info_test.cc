@@ -1,0 +1,90 @@
+// `pagellm info`: every golden model file (each weight type, each architecture) and the Hugging Face
+// directory are summarised with their tensor types and file type named, and a model summary.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "core/dtype.h"
+#include "test_util.h"
+
+namespace pagellm {
+namespace {
+
+// stdout of `cmd` and its exit status.
+std::pair<std::string, int> run(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  return {out, pclose(p)};
+}
+
+// The type column of every tensor line ("  name  type  [shape] N bytes").
+std::set<std::string> tensor_types(const std::string& out) {
+  std::set<std::string> types;
+  std::istringstream in(out.substr(out.find("\ntensors (")));
+  const std::regex line(R"(^  \S+ +(\S+) +\[[0-9, ]+\] [0-9]+ bytes$)");
+  std::string l;
+  std::smatch m;
+  while (std::getline(in, l)) {
+    if (std::regex_match(l, m, line)) types.insert(m[1]);
+  }
+  return types;
+}
+
+TEST(Info, NamesEveryTensorTypeAndTheFileType) {
+  std::set<std::string> known;
+  for (uint32_t t = 0; t < 64; ++t) {
+    if (const TypeTraits* tt = type_traits(t)) known.insert(tt->name);
+  }
+  std::set<std::string> seen;
+  int files = 0;
+  for (const std::string dir : {"kquant", "archs", "tinystories-656k"}) {
+    for (const auto& e : std::filesystem::directory_iterator(test::testdata(dir))) {
+      const std::filesystem::path& f = e.path();
+      if (f.extension() != ".gguf") continue;
+      ++files;
+      SCOPED_TRACE(f.string());
+      const auto [out, status] = run(std::string(PAGELLM_BINARY) + " info '" + f.string() + "'");
+      EXPECT_EQ(status, 0) << out;
+      const std::set<std::string> types = tensor_types(out);
+      ASSERT_FALSE(types.empty()) << out;
+      for (const std::string& t : types) EXPECT_TRUE(known.count(t)) << t;
+      seen.insert(types.begin(), types.end());
+      // general.file_type, where the file has it, is named: "15 (MOSTLY_Q4_K_M)".
+      std::smatch m;
+      if (std::regex_search(out, m, std::regex(R"(\n  general\.file_type +uint32 +([^\n]*)\n)"))) {
+        EXPECT_TRUE(std::regex_match(std::string(m[1]), std::regex(R"([0-9]+ \((ALL|MOSTLY)_[A-Z0-9_]+\))"))) << m[1];
+      }
+      EXPECT_NE(out.find("\nmodel: "), std::string::npos) << out;
+    }
+  }
+  EXPECT_GE(files, 30);
+  // The golden files hold every type that issue 14 runs.
+  for (const char* t : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K",
+                        "iq4_nl", "iq4_xs"}) {
+    EXPECT_TRUE(seen.count(t)) << t;
+  }
+  const auto [out, status] =
+      run(std::string(PAGELLM_BINARY) + " info '" + test::testdata("kquant/llama-kq-s7-q4_k_m.gguf") + "'");
+  EXPECT_EQ(status, 0);
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n  general\.file_type +uint32 +15 \(MOSTLY_Q4_K_M\)\n)"))) << out;
+}
+
+TEST(Info, SummarisesAHuggingFaceDirectory) {
+  const auto [out, status] = run(std::string(PAGELLM_BINARY) + " info '" + test::testdata("tinystories-656k/hf") + "'");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("Hugging Face directory, shown as its GGUF conversion"), std::string::npos) << out;
+  EXPECT_NE(out.find("\nmodel: llama,"), std::string::npos) << out;
+  EXPECT_FALSE(tensor_types(out).empty()) << out;
+}
+
+}  // namespace
+}  // namespace pagellm
