@@ -55,7 +55,17 @@ LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool, kernels::Isa isa)
   token_embd_ = bind(f, "token_embd.weight", c.vocab_size, c.hidden_size, /*for_matmul=*/c.tie_word_embeddings);
   output_norm_ = bind_norm(f, "output_norm.weight");
   output_ = c.tie_word_embeddings ? token_embd_ : bind(f, "output.weight", c.vocab_size, c.hidden_size);
-  if (c.rope_freqs) rope_freqs_ = bind_norm(f, "rope_freqs.weight", c.rope_dim / 2);
+  if (c.rope_freqs) {
+    rope_freqs_ = bind_norm(f, "rope_freqs.weight", c.rope_dim / 2);
+    // Each divides a RoPE angle (Llama 3.1's scaling factors, >= 1 as the converter writes them):
+    // a zero, negative or non-finite one would give NaN logits at the first token.
+    for (int64_t i = 0; i < c.rope_dim / 2; ++i) {
+      if (!(std::isfinite(rope_freqs_[i]) && rope_freqs_[i] > 0.0f)) {
+        throw Error("model '" + f.path() + "': rope_freqs.weight[" + std::to_string(i) + "] is " +
+                    std::to_string(rope_freqs_[i]) + "; RoPE frequency factors must be finite and positive");
+      }
+    }
+  }
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) bind_layer(f, i);
 }
 

@@ -3,6 +3,8 @@
 // copies of those files with a key or tensor removed or changed.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -167,6 +169,28 @@ TEST(Architectures, RopeFreqsShapeIsChecked) {
   const std::vector<uint8_t> bytes = w.to_bytes();
   const auto bad = GgufFile::parse(bytes, "edited.gguf");
   expect_load_error(*bad, "rope_freqs.weight");
+}
+
+// rope_freqs.weight values divide RoPE angles: zero, negative, NaN and inf factors are refused at
+// load (they gave NaN logits only at the first token).
+TEST(Architectures, RopeFreqsValuesAreChecked) {
+  const auto f = open_arch("llama3-s11-f32.gguf");
+  for (const float bad :
+       {0.0f, -2.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    SCOPED_TRACE(bad);
+    GgufWriter w;
+    for (const auto& [key, value] : f->metadata()) w.set(key, value);
+    for (const GgufTensorInfo& t : f->tensors()) {
+      std::vector<uint8_t> data(t.data, t.data + t.size_bytes);
+      if (t.name == "rope_freqs.weight") std::memcpy(data.data() + 4 * 3, &bad, 4);
+      w.add_tensor(t.name, t.type, t.ne, data);
+    }
+    const std::vector<uint8_t> bytes = w.to_bytes();
+    expect_load_error(*GgufFile::parse(bytes, "edited.gguf"), "rope_freqs.weight[3] is ");
+  }
+  // The file as written loads.
+  ThreadPool pool(1);
+  EXPECT_NO_THROW(LlamaModel(*f, &pool));
 }
 
 }  // namespace
