@@ -73,7 +73,11 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   try {
     tokenizer_ = Tokenizer::from_gguf(*file_);
   } catch (const Error& e) {
-    throw Error("model '" + config_.model_path + "': " + e.what());
+    // GgufFile's own errors (a missing or mistyped key) name the file already; the tokenizer's
+    // checks do not.
+    const std::string what = e.what();
+    if (what.find("'" + config_.model_path + "'") != std::string::npos) throw;
+    throw Error("model '" + config_.model_path + "': " + what);
   }
   if (tokenizer_->vocab_size() != model->config().vocab_size) {
     throw Error("model '" + config_.model_path + "': tokenizer has " + std::to_string(tokenizer_->vocab_size()) +

@@ -16,6 +16,7 @@
 #include "engine/engine_core.h"
 #include "engine/llm.h"
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 
 namespace pagellm {
@@ -190,6 +191,45 @@ TEST(LlmLoad, HuggingFaceDirectoryErrorsNameTheConfigFieldAndTensor) {
     EXPECT_NE(what.find("'model.layers.1."), std::string::npos) << what;
   }
   fs::remove_all(dir);
+}
+
+// Tokenizer metadata errors name the model file once: a missing key (GgufFile's message, which
+// names the file itself) and an unsupported value (the tokenizer's, which does not).
+TEST(LlmLoad, TokenizerErrorsNameTheFileOnce) {
+  const auto src = GgufFile::open(kModel);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("pagellm-llm-tok-" + std::to_string(::getpid()) + ".gguf")).string();
+  for (const bool drop : {true, false}) {
+    GgufWriter w;
+    for (const auto& [key, value] : src->metadata()) {
+      if (key == "general.alignment") continue;
+      if (key == "tokenizer.ggml.model") {
+        if (!drop) w.set(key, GgufValue::str("bert"));
+        continue;
+      }
+      w.set(key, value);
+    }
+    for (const GgufTensorInfo& t : src->tensors()) {
+      w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+    }
+    w.write(path);
+    EngineConfig c;
+    c.model_path = path;
+    c.num_threads = 1;
+    try {
+      LLM llm(c);
+      ADD_FAILURE() << "a model without a usable tokenizer.ggml.model loaded";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(drop ? "required key 'tokenizer.ggml.model' is missing" : "'bert' is not supported"),
+                std::string::npos)
+          << what;
+      const size_t first = what.find(path);
+      EXPECT_NE(first, std::string::npos) << what;
+      EXPECT_EQ(what.find(path, first + 1), std::string::npos) << what;
+    }
+  }
+  std::filesystem::remove(path);
 }
 
 // Greedy tokens of a few requests run together, with the given block size (several prompts, one
