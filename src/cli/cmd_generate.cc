@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -116,15 +117,16 @@ Handler add_generate(CLI::App& app) {
   app.add_option("-m,--model", a->model,
                  "GGUF model file or Hugging Face directory (default: models/stories260K-f32.gguf)");
   app.add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  // (CLI::Range rather than NonNegativeNumber: its message would print the largest double in full.)
   app.add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate (clamped to the context)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int32_t>::max()));
   app.add_option("--temp,--temperature", a->temperature, "Sampling temperature; 0 = greedy");
   app.add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)");
   app.add_option("--top-p", a->top_p, "Nucleus sampling mass in (0, 1]");
   app.add_option("--min-p", a->min_p, "Drop tokens below min_p x the top probability");
   app.add_option("--repeat-penalty", a->repetition_penalty, "Repetition penalty (1 = off)");
   app.add_option("--seed", a->seed, "RNG seed (-1 = random)");
-  app.add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(0, 4096));
   app.add_option("--block-size", a->block_size, "Tokens per KV block (a power of two in [1, 256])")
       ->capture_default_str();
   app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type: f32 or f16");

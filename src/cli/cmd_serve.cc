@@ -67,7 +67,7 @@ Handler add_serve(CLI::App& app) {
                  "Model name in the API (default: the file name without .gguf)");
   app.add_option("--max-body-bytes", o->max_body_bytes,
                  "Largest request body; larger ones get 413 (default: 1 MiB + 64 bytes per token of context)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--api-threads", o->api_threads, "Threads that parse request bodies and tokenise prompts")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
