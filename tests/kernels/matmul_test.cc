@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -314,7 +315,45 @@ TEST(Isa, LimitsAndNames) {
   EXPECT_EQ(usable_isas().front(), Isa::kScalar);
   EXPECT_EQ(usable_isas().back(), cpu_isa());
   EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
+  EXPECT_EQ(limit_isa(Isa::kAvx512Bf16, false, true), Isa::kAvx2);
+  EXPECT_STREQ(isa_name(Isa::kAvx512Bf16), "avx512bf16");
   std::printf("cpu_isa: %s, default_isa: %s\n", isa_name(cpu_isa()), isa_name(default_isa()));
+}
+
+// The CPUID probe (cpu_features.cc) agrees with the kernel's reading of the same bits, the flags
+// of /proc/cpuinfo: each level needs every flag of the levels below it.
+TEST(Isa, ProbeAgreesWithProcCpuinfo) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  }
+  ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
+  auto has = [&](const char* f) { return flags.find(std::string(" ") + f + " ") != std::string::npos; };
+  Isa want = Isa::kScalar;
+  if (has("avx2") && has("fma") && has("f16c")) {
+    want = Isa::kAvx2;
+    if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq")) {
+      want = Isa::kAvx512;
+      if (has("avx512_vnni")) want = has("avx512_bf16") ? Isa::kAvx512Bf16 : Isa::kAvx512Vnni;
+    }
+  }
+  EXPECT_EQ(cpu_isa(), want) << isa_name(cpu_isa()) << " vs " << isa_name(want);
+}
+
+// Which tiles each ISA gets: BF16 alone has a set for AVX512_BF16; the other types keep their
+// AVX-512 tiles there.
+TEST(Isa, OnlyBf16HasAvx512Bf16Tiles) {
+  const KernelTraits* bf16 = kernel_traits(GgmlType::BF16);
+  EXPECT_EQ(&bf16->tiles_for(Isa::kAvx512Bf16), &bf16->avx512bf16);
+  EXPECT_EQ(&bf16->tiles_for(Isa::kAvx512Vnni), &bf16->avx512);
+  EXPECT_EQ(&bf16->tiles_for(Isa::kAvx2), &bf16->avx2);
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K}) {
+    EXPECT_EQ(&kernel_traits(t)->tiles_for(Isa::kAvx512Bf16), &kernel_traits(t)->avx512) << type_name(t);
+  }
 }
 
 }  // namespace
