@@ -36,10 +36,12 @@ struct IsaKernels {
   // Bytes of prepared activations for num_tokens tokens of cols elements.
   int64_t (*prepared_bytes)(int64_t num_tokens, int64_t cols) = nullptr;
   // x: [num_tokens, cols] f32; xa: the same rows in vec_dot_type (as from_float wrote them) ->
-  // out (prepared_bytes, 64-byte aligned): what `tiles` reads.
+  // out (prepared_bytes; matmul passes a chunk of tokens at prepared_bytes(t0, cols) into a
+  // 64-byte aligned buffer, so only the first chunk is sure to be aligned): what `tiles` reads.
   void (*prepare)(const float* x, const void* xa, int64_t num_tokens, int64_t cols, void* out) = nullptr;
   // `tiles` consecutive 16-row tiles of repacked weights from w (cols columns) x every token:
-  // y[t * y_stride + 16 i + r] = vec_dot(row 16 i + r, token t), bit for bit.
+  // y[t * y_stride + 16 i + r] = vec_dot(row 16 i + r, token t), bit for bit (BF16 on
+  // kAvx512Bf16: but for subnormals, which VDPBF16PS flushes).
   void (*tiles)(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y,
                 int64_t y_stride) = nullptr;
   // The oracle's vec_dot compiled for this ISA (the same bits): the rows outside the tiles.

@@ -3,10 +3,12 @@
 // table row decide everything, no per-type or per-CPU branch is written here.
 //
 //   WeightLayout::kRepacked16 (w.isa >= kAvx2): 16-row tiles run on row.tiles_for(w.isa); the
-//     rows after the last full tile (GGUF layout) run on the scalar oracle row.vec_dot.
-//   WeightLayout::kGguf (no AVX2, or fewer than 16 rows): every row on row.vec_dot.
-// Both give the oracle's bits (matmul_ref), so the result depends on neither the ISA nor the
-// layout.
+//     rows after the last full tile (GGUF layout) run on the oracle's arithmetic compiled for
+//     the ISA (IsaKernels::row_dot).
+//   WeightLayout::kGguf (no AVX2, or fewer than 16 rows): every row on row.vec_dot, or row_dot
+//     with AVX2.
+// All give the oracle's bits (matmul_ref), so the result depends on neither the ISA nor the
+// layout; the one exception is BF16 on kAvx512Bf16, whose tiles flush subnormals (VDPBF16PS).
 //
 // Work split (batch invariance): threads take contiguous chunks of units (a 16-row tile, or the
 // leftover rows; rows, in GGUF layout) from a shared counter (ThreadPool::parallel_for_dynamic,

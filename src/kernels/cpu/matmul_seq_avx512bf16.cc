@@ -19,7 +19,8 @@
 //
 // Register budget (32 zmm): 2 tiles x 12 tokens = 24 accumulators + 2 weights + 1 broadcast (+ the
 // permutation index); per pair of steps 2 weight loads, 12 broadcasts, 24 VDPBF16PS. Decode and
-// other small batches run 4 tiles x up to 3 tokens. Entered only with Isa::kAvx512Bf16.
+// batches of up to 3 tokens run 4 tiles at once, 4 to 12 tokens 2 tiles. Entered only with
+// Isa::kAvx512Bf16.
 // Compiled with -O3 (CMakeLists.txt), as the other tile files.
 // (GCC 12 reports its own avx512fintrin.h helpers as maybe-uninitialized in _mm512_set1_epi32.)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
