@@ -1,13 +1,15 @@
-// Shared helpers for tests: where the golden data lives, and reading files.
+// Shared helpers for tests: where the golden data lives, reading files, running a command.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pagellm::test {
@@ -40,6 +42,17 @@ inline std::vector<std::filesystem::path> files_in(const std::string& rel) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Runs `cmd` through the shell: its stdout and its exit status (pclose's; -1 when it did not start).
+inline std::pair<std::string, int> run_command(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {"", -1};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  return {out, pclose(p)};
 }
 
 }  // namespace pagellm::test

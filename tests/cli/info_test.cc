@@ -2,7 +2,6 @@
 // directory are summarised with their tensor types and file type named, and a model summary.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -15,16 +14,7 @@
 namespace pagellm {
 namespace {
 
-// stdout of `cmd` and its exit status.
-std::pair<std::string, int> run(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  return {out, pclose(p)};
-}
+using test::run_command;
 
 // The type column of every tensor line ("  name  type  [shape] N bytes").
 std::set<std::string> tensor_types(const std::string& out) {
@@ -52,7 +42,7 @@ TEST(Info, NamesEveryTensorTypeAndTheFileType) {
       if (f.extension() != ".gguf") continue;
       ++files;
       SCOPED_TRACE(f.string());
-      const auto [out, status] = run(std::string(PAGELLM_BINARY) + " info '" + f.string() + "'");
+      const auto [out, status] = run_command(std::string(PAGELLM_BINARY) + " info '" + f.string() + "'");
       EXPECT_EQ(status, 0) << out;
       const std::set<std::string> types = tensor_types(out);
       ASSERT_FALSE(types.empty()) << out;
@@ -73,13 +63,14 @@ TEST(Info, NamesEveryTensorTypeAndTheFileType) {
     EXPECT_TRUE(seen.count(t)) << t;
   }
   const auto [out, status] =
-      run(std::string(PAGELLM_BINARY) + " info '" + test::testdata("kquant/llama-kq-s7-q4_k_m.gguf") + "'");
+      run_command(std::string(PAGELLM_BINARY) + " info '" + test::testdata("kquant/llama-kq-s7-q4_k_m.gguf") + "'");
   EXPECT_EQ(status, 0);
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n  general\.file_type +uint32 +15 \(MOSTLY_Q4_K_M\)\n)"))) << out;
 }
 
 TEST(Info, SummarisesAHuggingFaceDirectory) {
-  const auto [out, status] = run(std::string(PAGELLM_BINARY) + " info '" + test::testdata("tinystories-656k/hf") + "'");
+  const auto [out, status] =
+      run_command(std::string(PAGELLM_BINARY) + " info '" + test::testdata("tinystories-656k/hf") + "'");
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("Hugging Face directory, shown as its GGUF conversion"), std::string::npos) << out;
   EXPECT_NE(out.find("\nmodel: llama,"), std::string::npos) << out;

@@ -1,7 +1,6 @@
 // `pagellm --version`: the project version of CMakeLists.txt, then the build info.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -13,16 +12,7 @@
 namespace pagellm {
 namespace {
 
-// stdout of `cmd` and its exit status.
-std::pair<std::string, int> run(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  return {out, pclose(p)};
-}
+using test::run_command;
 
 // The x.y.z of `project(pagellm VERSION x.y.z ...)`.
 std::string cmake_project_version() {
@@ -36,7 +26,7 @@ std::string cmake_project_version() {
 }
 
 TEST(Version, PrintsTheProjectVersionAndBuildInfo) {
-  const auto [out, status] = run(std::string(PAGELLM_BINARY) + " --version");
+  const auto [out, status] = run_command(std::string(PAGELLM_BINARY) + " --version");
   EXPECT_EQ(status, 0);
   const std::string version = cmake_project_version();
   ASSERT_FALSE(version.empty());
@@ -50,7 +40,7 @@ TEST(Version, PrintsTheProjectVersionAndBuildInfo) {
 
 TEST(Version, NeedsNoSubcommand) {
   // --version is answered before the "a subcommand is required" check, and on stdout.
-  const auto [out, status] = run(std::string(PAGELLM_BINARY) + " --version 2>/dev/null");
+  const auto [out, status] = run_command(std::string(PAGELLM_BINARY) + " --version 2>/dev/null");
   EXPECT_EQ(status, 0);
   EXPECT_EQ(out.rfind("pagellm ", 0), 0u) << out;
 }
