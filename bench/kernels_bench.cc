@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
@@ -112,15 +113,18 @@ void BM_MatmulFromDram(benchmark::State& state) {
   const std::vector<uint8_t> w = make_weight(type, kRows, kCols);
   const int64_t copies = std::max<int64_t>(
       2, ((int64_t{256} << 20) + static_cast<int64_t>(w.size()) - 1) / static_cast<int64_t>(w.size()));
-  std::vector<std::vector<uint8_t>> packed(static_cast<size_t>(copies));
+  std::vector<HugePageBuffer> packed(static_cast<size_t>(copies));
   std::vector<WeightView> views;
   WeightView src{type, kRows, kCols, w.data()};
   src.isa = isa;
   for (auto& p : packed) {
-    p = w;  // a private copy, repacked in place of its bytes when that pays (as LlamaModel loads)
+    // A private copy on huge pages, repacked in place of its bytes when that pays: as LlamaModel
+    // stores its weights (core/huge_pages.h), so the TLB costs are the model's.
+    p = allocate_huge_page_buffer(w.size());
+    std::memcpy(p.get(), w.data(), w.size());
     WeightView view = src;
-    view.data = p.data();
-    if (repack_pays(src)) view = repack_weight(src, p.data(), nullptr);
+    view.data = p.get();
+    if (repack_pays(src)) view = repack_weight(src, p.get(), nullptr);
     views.push_back(view);
   }
   std::vector<float> x(kCols, 0.5f), y(kRows);
@@ -139,7 +143,8 @@ void BM_MatmulFromDram(benchmark::State& state) {
 }
 
 void dram_args(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                     GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
     for (int64_t threads : {1, 2}) {
       for (Isa isa : usable_isas()) {
         if (isa != Isa::kScalar) b->Args({static_cast<int64_t>(t), threads, static_cast<int64_t>(isa)});
