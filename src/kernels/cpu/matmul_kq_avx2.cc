@@ -16,11 +16,13 @@
 
 #include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kq_decoders.h"
+#include "kernels/cpu/prefetch_out_of_line.h"
 
 namespace pagellm::kernels::kq {
 namespace {
 
-constexpr int64_t kPrefetchBytes = 8192;  // as matmul_kq_avx512vnni.cc: one line per quant step
+// As matmul_kq_avx512vnni.cc: 8 KiB ahead, one line per quant step, out of line.
+constexpr int64_t kPrefetchBytes = 8192;
 
 // The SIMD adapter of kq_decoders.h for half h of a tile (8 rows).
 struct S256 {
@@ -99,7 +101,7 @@ __attribute__((always_inline)) inline void kq_group_half(const S256& v, const ui
 #pragma GCC unroll 8
       for (int j = j0; j < j0 + G; ++j) {
         if (const int64_t line = 64 * (s * (D::kSub / 4) + j); prefetch && line < kGroup) {
-          _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetchBytes + line), _MM_HINT_T0);
+          prefetch_out_of_line(g + kPrefetchBytes + line, p16[0]);
         }
         __m256i u = D::quants(v, g, s, j), w = u;
         if constexpr (kSigned) {

@@ -10,40 +10,16 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <type_traits>
-
 #include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kq_decoders.h"
+#include "kernels/cpu/prefetch_out_of_line.h"
 
 namespace pagellm::kernels::kq {
 namespace {
 
 // Weight rows are read once per decode step from DRAM: prefetch 8 KiB ahead (as
-// matmul_r16_avx512vnni.cc), one cache line per quant step rather than a burst per block (a
-// burst of 36-53 prefetches stalled the K-quant tiles on their fill buffers).
+// matmul_r16_avx512vnni.cc), one cache line per quant step, out of line (prefetch_out_of_line.h).
 constexpr int64_t kPrefetchBytes = 8192;
-
-// Prefetches weight line p, pinned to the quant step that calls it. An _mm_prefetch has no
-// result, so GCC was free to move it, and after unrolling it gathered them into bursts again
-// (up to 13 in a row in the Q6_K tile): this asm claims to update the step's accumulator
-// `order` (the instruction leaves it as it is), which keeps it between that step's neighbours.
-//
-// The level: L2 (prefetcht1) when the few tokens of a decode step (M < kMaxTileTokens) read the
-// tile once from DRAM, except for Q4_K; L1 for Q4_K, and for full token chunks, which a prefill
-// has many of, reading the tile again for every 4 tokens. An L1 prefetch that misses L2 holds one
-// of L1's few miss buffers for a whole DRAM latency. Measured on the EPYC Zen 5 VM (2 threads,
-// BM_MatmulFromDram, one-token decode; docs/benchmarks.md, "prefetch placement"), when memory
-// was slow: spreading alone made Q6_K 15-25% faster and L2 another 25%; both together made Q5_K,
-// Q3_K and Q2_K 4-7% faster, and L2 made Q4_K (the fewest instructions per byte) 5-8% slower.
-// L2 for every M made a 512-token Q6_K prefill 4% slower.
-template <class D, int M>
-inline void prefetch_weights(const uint8_t* p, __m512i& order) {
-  if constexpr (M == kMaxTileTokens || std::is_same_v<typename D::Block, BlockQ4_K>) {
-    asm volatile("prefetcht0 %1" : "+v"(order) : "m"(*p));
-  } else {
-    asm volatile("prefetcht1 %1" : "+v"(order) : "m"(*p));
-  }
-}
 
 // The SIMD adapter of kq_decoders.h: all 16 rows of a tile in one register.
 struct S512 {
@@ -105,7 +81,7 @@ void kq_tile(const uint8_t* tile, const void* xv, int64_t xs, int64_t nb, float*
 #pragma GCC unroll 8
       for (int j = 0; j < D::kSub / 4; ++j) {
         if (const int64_t line = 64 * (s * (D::kSub / 4) + j); line < kGroup) {
-          prefetch_weights<D, M>(g + kPrefetchBytes + line, a[0][j % KI]);
+          prefetch_out_of_line(g + kPrefetchBytes + line, a[0][j % KI]);
         }
         const __m512i u = D::quants(v, g, s, j);
         for (int k = 0; k < M; ++k) {
