@@ -14,11 +14,12 @@ namespace pagellm::kernels {
 //
 // Out of line: measured, not understood. On the EPYC Zen 5 VM (2 threads, one token, weights
 // streamed from DRAM; paired runs, docs/benchmarks.md "Out-of-line prefetch") the tiles read
-// faster with it than with the same pinned prefetch inline: AVX-512 Q4_K 1.19x, Q5_K 1.15x, Q6_K
-// 1.22x, IQ4_XS 1.19x, Q3_K 1.00x; AVX2 Q4_K 1.16x, Q5_K 1.17x, Q6_K 1.22x. An inline jump over
-// nothing, or four nops, beside the inline prefetch gained nothing, and the plain streaming loop
-// of the bandwidth probe and the Q4_0/Q8_0 tiles (a burst of 5 lines per block) read no faster
-// with it, so only these tiles use it. The Intel Xeon VMs have not been measured with it.
+// faster with it than with the inline prefetch it replaced (pinned, prefetcht1 but for Q4_K, on
+// AVX-512; an _mm_prefetch on AVX2): AVX-512 Q4_K 1.19x, Q5_K 1.15x, Q6_K 1.22x, IQ4_XS 1.19x,
+// Q3_K 1.00x; AVX2 Q4_K 1.16x, Q5_K 1.17x, Q6_K 1.22x. An inline jump over nothing, or four
+// nops, beside the inline prefetch gained nothing, and the plain streaming loop of the bandwidth
+// probe and the Q4_0/Q8_0 tiles (a burst of 5 lines per block) read no faster with it, so only
+// these tiles use it. The Intel Xeon VMs have not been measured with it.
 template <class V>
 __attribute__((always_inline)) inline void prefetch_out_of_line(const void* p, V& order) {
   asm volatile(
