@@ -143,8 +143,8 @@ void BM_MatmulFromDram(benchmark::State& state) {
 }
 
 void dram_args(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                     GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q2_K, GgmlType::Q3_K,
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
     for (int64_t threads : {1, 2}) {
       for (Isa isa : usable_isas()) {
         if (isa != Isa::kScalar) b->Args({static_cast<int64_t>(t), threads, static_cast<int64_t>(isa)});
