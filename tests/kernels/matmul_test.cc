@@ -93,8 +93,9 @@ TEST_P(MatmulTest, EveryIsaAndLayoutGivesTheOracleBits) {
   if (!is_quant(type)) col_sizes.insert(col_sizes.end(), {7, 33, 100, 172, 6200});
   if (block_of(type) == kQK_K) col_sizes = {256, 512, 2304};
   for (int64_t cols : col_sizes) {
-    // 232 rows: 14 tiles (a decode runs them 4 + 4 + 4 + 2 at once on AVX-512) and 8 tail rows.
-    for (int64_t rows : {1, 7, 16, 33, 100, 232}) {
+    // 232 rows: 14 tiles (a decode runs them 4 + 4 + 4 + 2 at once on AVX-512) and 8 tail rows;
+    // 121: 7 tiles, for F16 and BF16 a group of 4 and one of 3 (tile_place), and 9 tail rows.
+    for (int64_t rows : {1, 7, 16, 33, 121, 232}) {
       if (rows == 232 && cols < 2000) continue;
       const TestWeights w = make_weights(type, rows, cols, rng);
       // Float types also 20 and 39 tokens: a last token tile of 2 and 3 tokens, which the float
@@ -193,7 +194,8 @@ TEST_P(MatmulTest, GetRowReadsEitherLayout) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: weights are never repacked";
   Rng rng(5);
   const int64_t cols = std::max<int64_t>(64, block_of(type));
-  const TestWeights tw = make_weights(type, 37, cols, rng);
+  // 121 rows: 7 tiles (F16 and BF16: groups of 4 and 3, tile_place) and a tail of 9 rows.
+  const TestWeights tw = make_weights(type, 121, cols, rng);
   std::vector<uint8_t> buf;
   const WeightView packed = on(tw, Isa::kAvx2, true, buf);
   // Types without tiles stay in GGUF layout (repack_pays is false for them).

@@ -76,18 +76,18 @@ void bf16_pairs_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols
 }
 
 template <GgmlType T>
-void seq_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
+void seq_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst, int64_t step_rows) {
   constexpr size_t kElem = T == GgmlType::F32 ? 4 : 2;
   for (int r = 0; r < kTileRows; ++r) {
     const uint8_t* row = src + r * rb;
-    for (int64_t k = 0; k < cols; ++k) std::memcpy(dst + (k * kTileRows + r) * kElem, row + k * kElem, kElem);
+    for (int64_t k = 0; k < cols; ++k) std::memcpy(dst + (k * step_rows + r) * kElem, row + k * kElem, kElem);
   }
 }
 
 template <GgmlType T>
-void seq_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row) {
+void seq_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row, int64_t step_rows) {
   constexpr size_t kElem = T == GgmlType::F32 ? 4 : 2;
-  for (int64_t k = 0; k < cols; ++k) std::memcpy(row + k * kElem, tile + (k * kTileRows + r) * kElem, kElem);
+  for (int64_t k = 0; k < cols; ++k) std::memcpy(row + k * kElem, tile + (k * step_rows + r) * kElem, kElem);
 }
 
 template <GgmlType T, int64_t kBytes>
@@ -102,6 +102,7 @@ constexpr KernelTraits float_row() {
   t.vec_dot = seq_dot<T>;
   t.repack_tile = seq_repack_tile<T>;
   t.unpack_row = seq_unpack_row<T>;
+  t.tile_group = T == GgmlType::F32 ? 1 : kFloatTileGroup;
   t.avx512_needs = Isa::kAvx512;
   t.avx2 = {seq_prepared_bytes, seq_prepare<T, avx2::kSeqTileTokens>, seq_tiles_avx2<T>, seq_dot_avx2<T>};
   t.avx512 = {seq_prepared_bytes, seq_prepare<T, avx512::kSeqTileTokens>, seq_tiles_avx512<T>, seq_dot_avx2<T>};
@@ -169,7 +170,7 @@ void r16_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols, int64
 // One tile of 16 GGUF rows -> kRepacked16 (kernels_r16.h): per block the 16 scales, then the
 // quants in 4-byte lanes, one lane per row (Q8_0 stored as w + 128, unsigned).
 template <GgmlType T>
-void r16_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
+void r16_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst, int64_t /*step_rows: 16*/) {
   constexpr bool kQ4 = T == GgmlType::Q4_0;
   constexpr int64_t kBs = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
   constexpr int kVectors = kQ4 ? 4 : 8;
@@ -190,7 +191,7 @@ void r16_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst)
 }
 
 template <GgmlType T>
-void r16_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row) {
+void r16_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row, int64_t /*step_rows: 16*/) {
   constexpr bool kQ4 = T == GgmlType::Q4_0;
   constexpr int64_t kBs = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
   constexpr int kVectors = kQ4 ? 4 : 8;
@@ -302,11 +303,11 @@ void kq_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_
 }
 
 template <GgmlType T>
-void kq_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst) {
+void kq_repack_tile(const uint8_t* src, int64_t rb, int64_t cols, uint8_t* dst, int64_t /*step_rows: 16*/) {
   kq::repack_tile(T, src, rb, cols, dst);
 }
 template <GgmlType T>
-void kq_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row) {
+void kq_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row, int64_t /*step_rows: 16*/) {
   kq::unpack_row(T, tile, r, cols, row);
 }
 

@@ -31,6 +31,24 @@ namespace pagellm::kernels {
 // Rows per tile of WeightLayout::kRepacked16.
 constexpr int64_t kTileRows = 16;
 
+// Tiles per group of repacked F16 and BF16 (KernelTraits::tile_group).
+constexpr int64_t kFloatTileGroup = 4;
+
+// Where tile t of a repacked matrix of `tiles` tiles lies. Types with tile_group g > 1 (F16,
+// BF16) keep their tiles in groups of g (the matrix's last group holds what is left): element
+// (r, k) of tile j of a group of n tiles at k * 16 n + 16 j + r from the group's start, so the
+// decode tiles, which run a group's tiles at once, read one stream instead of g (four streams per
+// thread read 1.2-1.4x slower from DRAM on a Zen 5 VM, docs/benchmarks.md). Other types: g = 1,
+// tile t at t * tile_bytes with its steps 16 elements apart.
+struct TilePlace {
+  int64_t offset_bytes = 0;  // from the matrix's start
+  int64_t step_rows = 0;     // elements from one step k of the tile to step k + 1: 16 n
+};
+inline TilePlace tile_place(int64_t t, int64_t tiles, int64_t tile_group, int64_t tile_bytes, int64_t cols) {
+  const int64_t g0 = t / tile_group * tile_group, n = tiles - g0 < tile_group ? tiles - g0 : tile_group;
+  return {g0 * tile_bytes + (t - g0) * (tile_bytes / cols), kTileRows * n};
+}
+
 // The tiles of one ISA for one weight type.
 struct IsaKernels {
   // Bytes of prepared activations for num_tokens tokens of cols elements.
@@ -60,12 +78,16 @@ struct KernelTraits {
   int64_t (*vec_dot_row_bytes)(int64_t cols) = nullptr;
   // The scalar oracle: one weight row in GGUF layout . one activation row in vec_dot_type.
   float (*vec_dot)(const void* w, const void* xa, int64_t cols) = nullptr;
-  // One tile of 16 GGUF rows (stride row_bytes) -> WeightLayout::kRepacked16 (16 * row_bytes).
+  // One tile of 16 GGUF rows (stride row_bytes) -> WeightLayout::kRepacked16 at dst, the tile's
+  // start (tile_place), its steps step_rows elements apart (16 but in a group of tile_group > 1).
   // nullptr: the type has no tiles (its rows run on row_dot in GGUF layout; IsaKernels then
   // holds only row_dot).
-  void (*repack_tile)(const uint8_t* src, int64_t row_bytes, int64_t cols, uint8_t* dst) = nullptr;
+  void (*repack_tile)(const uint8_t* src, int64_t row_bytes, int64_t cols, uint8_t* dst, int64_t step_rows) = nullptr;
   // Its inverse for one row: row r in [0, 16) of a repacked tile -> its GGUF bytes (row_bytes).
-  void (*unpack_row)(const uint8_t* tile, int r, int64_t cols, uint8_t* row) = nullptr;
+  void (*unpack_row)(const uint8_t* tile, int r, int64_t cols, uint8_t* row, int64_t step_rows) = nullptr;
+  // Tiles per group of the repacked layout (tile_place): 4 for F16 and BF16, else 1. matmul hands
+  // its threads whole groups; `tiles` below always starts at a group's start.
+  int64_t tile_group = 1;
   // The AVX-512 tiles need this level (kAvx512 for floats, kAvx512Vnni for the integer tiles).
   Isa avx512_needs = Isa::kAvx512;
   IsaKernels avx2, avx512;

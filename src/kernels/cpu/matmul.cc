@@ -39,9 +39,10 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
 // Work units per chunk handed to a free thread: ~8 chunks per thread, so a thread whose CPU is
 // slower (another tenant on a shared VM) takes fewer of them instead of holding everyone up.
-// min_grain: 2 for the tiles of a prefill: the AVX-512 float kernels run 2 tiles x a token tile
-// at once (a single tile's kernel loads a weight vector per 12 FMAs instead of per 24); the other
-// kernels take a tile at a time, where the grain changes nothing but the chunking.
+// min_grain: 2 tiles for a prefill: the AVX-512 float kernels run 2 tiles x a token tile at once
+// (a single tile's kernel loads a weight vector per 12 FMAs instead of per 24); the other
+// kernels take a tile at a time, where the grain changes nothing but the chunking. (For F16 and
+// BF16 the units are groups of 4 tiles, tile_place: 1 unit.)
 int64_t dynamic_grain(int64_t units, const ThreadPool* pool, int64_t min_grain) {
   return std::max<int64_t>(min_grain, units / (8 * pool->num_threads()));
 }
@@ -149,11 +150,14 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const IsaKernels& kt = *k;
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t tile_bytes = kTileRows * w.row_bytes();
-  const int64_t units = tiles + (oracle ? 1 : 0);
-  run(w, units, macs, pool, num_tokens > kPrepareTokens ? 2 : 1, [&](int64_t u0, int64_t u1) {
-    const int64_t t1 = std::min(u1, tiles);
-    if (u0 < t1) kt.tiles(base + u0 * tile_bytes, t1 - u0, xp, cols, num_tokens, y + u0 * kTileRows, rows);
-    if (u1 > tiles) oracle_rows(kt.row_dot, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
+  // Units of work: groups of tt.tile_group tiles (tile_place), then the oracle rows.
+  const int64_t g = tt.tile_group, groups = (tiles + g - 1) / g;
+  const int64_t units = groups + (oracle ? 1 : 0);
+  const int64_t min_grain = num_tokens > kPrepareTokens ? std::max<int64_t>(1, 2 / g) : 1;
+  run(w, units, macs, pool, min_grain, [&](int64_t u0, int64_t u1) {
+    const int64_t t0 = u0 * g, t1 = std::min(u1 * g, tiles);
+    if (t0 < t1) kt.tiles(base + t0 * tile_bytes, t1 - t0, xp, cols, num_tokens, y + t0 * kTileRows, rows);
+    if (u1 > groups) oracle_rows(kt.row_dot, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
   });
 }
 

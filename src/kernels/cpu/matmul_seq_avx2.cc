@@ -4,12 +4,14 @@
 // s = fma(w[r, k], x[t, k], s), k = 0, 1, ..., n - 1 from s = 0, so the vector lanes hold 16
 // different rows, never parts of one sum, and the bits do not depend on the ISA or the batch.
 //
-// Layout: a tile of 16 rows keeps element (r, k) at k * 16 + r, so one step k loads the 16 rows'
-// weights as two ymm and multiplies them by a broadcast activation (a GEMM micro-kernel in the
+// Layout: a tile of 16 rows keeps element (r, k) at k * 16 + r (F32), or at k * 16 g + r within
+// a group of g tiles side by side (F16, BF16: tile_place, kernel_traits.h), so one step k loads
+// the 16 rows' weights as two ymm and multiplies them by a broadcast activation (a GEMM micro-kernel in the
 // BLIS style: Van Zee & van de Geijn 2015, "BLIS: A Framework for Rapidly Instantiating BLAS
 // Functionality"). Register budget (16 ymm): 1 tile x 6 tokens = 12 accumulators + 2 weights +
 // 1 broadcast: per step 2 weight loads, 6 broadcasts, 12 FMAs. Several tiles share a step when
-// there are fewer tokens, so a decode GEMV still has 8 independent FMA chains.
+// there are fewer tokens, so a decode GEMV still has 8 independent FMA chains (and, for F16 and
+// BF16, one weight stream: the 4 tiles of a group).
 //
 // Blocking for many tokens (prefill): K in equal chunks of at most kSeqChunk steps; for each
 // chunk, each tile of a block of kSeqBlockTiles tiles runs every token tile with its chunk of
@@ -28,6 +30,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/dispatch_m.h"
+#include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -63,13 +66,15 @@ using BF16S = Seq<simd::BF16Load>;
 //     197-205 GFLOP/s; F16 pp512 (AVX2) median of 11 interleaved runs 97.8 -> 99.9 tokens/s.
 enum class Fetch { kNone, kDram, kL2 };
 
-// R consecutive tiles (tile i at w + i * tile_elems) x M tokens, steps [k0, k1). xp: the token
-// tile packed by pack_seq (element (k, t) at k * M + t). y: token t, row 16 i + r at
+// R consecutive tiles x M tokens, steps [k0, k1): step k of tile i at w + i * ts + k * ss (ts =
+// 16 n, ss = 16 for tiles one after the other, as F32's; ts = 16, ss = 16 g within a group of g
+// tiles, as F16's and BF16's: tile_place, kernel_traits.h). xp: the token tile packed by pack_seq
+// (element (k, t) at k * M + t). y: token t, row 16 i + r at
 // y[t * ys + 16 i + r]; `first`: the chains start at 0, else they continue from y.
 // kStage (R = 1): also store the step's weights, converted to f32 (exact), at
 // staged + (k - k0) * 16, for the tile's other token tiles.
 template <typename L, int R, int M, bool kStage = false>
-__attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1,
+__attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t ts, int64_t ss, int64_t k0, int64_t k1,
                                           const float* xp, float* y, int64_t ys, bool first, Fetch fetch,
                                           float* staged = nullptr) {
   __m256 lo[R][M], hi[R][M];
@@ -87,7 +92,7 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_e
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       __m256 w0, w1;
-      L::load16(w + r * tile_elems + k * 16, w0, w1);
+      L::load16(w + r * ts + k * ss, w0, w1);
       if constexpr (kStage) {
         _mm256_store_ps(staged + (k - k0) * 16, w0);
         _mm256_store_ps(staged + (k - k0) * 16 + 8, w1);
@@ -100,14 +105,13 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_e
       }
     }
   };
-  // One 64-byte line of each tile per group of kLine steps.
+  // Prefetches once per kLine steps (a 64-byte line of a tile).
   constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));
   int64_t k = k0;
   if (fetch != Fetch::kNone) {
     const int64_t w_ahead = fetch == Fetch::kDram ? kPrefetchBytes : kL2WeightsAhead;
     for (; k + kLine <= k1; k += kLine) {
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * tile_elems + k * 16) + w_ahead, _MM_HINT_T0);
+      simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine>(w, ts, ss, k, w_ahead);
       // M * 4 <= 24 bytes of tokens a step: a 64-byte line every 2 steps covers every line.
       if (fetch == Fetch::kL2 && k % 2 == 0)
         _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
@@ -130,43 +134,47 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t tile_e
 }
 
 template <typename L, int R>
-void seq_kernel_m(int m, const typename L::T* w, int64_t tile_elems, int64_t k0, int64_t k1, const float* xp, float* y,
-                  int64_t ys, bool first, Fetch fetch) {
-  with_m<kSeqTileTokens>(m,
-                         [&](auto mc) { seq_kernel<L, R, mc.value>(w, tile_elems, k0, k1, xp, y, ys, first, fetch); });
+void seq_kernel_m(int m, const typename L::T* w, int64_t ts, int64_t ss, int64_t k0, int64_t k1, const float* xp,
+                  float* y, int64_t ys, bool first, Fetch fetch) {
+  with_m<kSeqTileTokens>(m, [&](auto mc) { seq_kernel<L, R, mc.value>(w, ts, ss, k0, k1, xp, y, ys, first, fetch); });
 }
 
 template <typename L>
 void seq_tiles_many(const typename L::T* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
                     int64_t ys);
 
-// One token tile of m tokens (xp, y) x `tiles` tiles, steps [k0, k1), the weights read (and
-// converted) as they go: several tiles at once for m <= 3, so that 8 to 12 FMA chains are in
-// flight instead of the latency of 2 m.
+// One token tile of m tokens (xp, y) x `tiles` tiles (from a group's start), steps [k0, k1), the
+// weights read (and converted) as they go: several tiles at once for m <= 3, so that 8 to 12 FMA
+// chains are in flight instead of the latency of 2 m. F16 and BF16 tiles lie in groups of
+// kFloatTileGroup (tile_place): each group is one stream, run on its own.
 template <typename L>
 void seq_one_token_tile(int m, const typename L::T* w, int64_t tiles, int64_t n, int64_t k0, int64_t k1,
                         const float* xp, float* y, int64_t ys) {
   const int64_t tile_elems = 16 * n;
   const bool first = k0 == 0;
-  int64_t i = 0;
-  if (m == 1) {
-    for (; i + 4 <= tiles; i += 4)
-      seq_kernel<L, 4, 1>(w + i * tile_elems, tile_elems, k0, k1, xp, y + 16 * i, ys, first, Fetch::kDram);
-    if (i + 2 <= tiles) {  // the leftover tiles: 4 chains in flight rather than 2
-      seq_kernel<L, 2, 1>(w + i * tile_elems, tile_elems, k0, k1, xp, y + 16 * i, ys, first, Fetch::kDram);
-      i += 2;
+  constexpr bool kGrouped = !std::is_same_v<L, F32S>;
+  const int64_t block = kGrouped ? kFloatTileGroup : tiles;
+  for (int64_t b0 = 0; b0 < tiles; b0 += block) {
+    const int64_t b1 = std::min(tiles, b0 + block);
+    const int64_t ts = kGrouped ? kTileRows : tile_elems, ss = kGrouped ? kTileRows * (b1 - b0) : kTileRows;
+    auto at = [&](int64_t i) { return w + b0 * tile_elems + (i - b0) * ts; };
+    auto yi = [&](int64_t i) { return y + 16 * i; };
+    int64_t i = b0;
+    if (m == 1) {
+      for (; i + 4 <= b1; i += 4) seq_kernel<L, 4, 1>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+      if (i + 2 <= b1) {  // the leftover tiles: 4 chains in flight rather than 2
+        seq_kernel<L, 2, 1>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+        i += 2;
+      }
+    } else if (m == 2) {  // 3 tiles at once, 2 where 3 would leave one alone (4 = 2 + 2)
+      for (; b1 - i >= 3 && b1 - i != 4; i += 3)
+        seq_kernel<L, 3, 2>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+      for (; b1 - i >= 2; i += 2) seq_kernel<L, 2, 2>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+    } else if (m == 3) {
+      for (; i + 2 <= b1; i += 2) seq_kernel<L, 2, 3>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
     }
-  } else if (m == 2) {  // 3 tiles at once, 2 where 3 would leave one alone (4 = 2 + 2)
-    for (; tiles - i >= 3 && tiles - i != 4; i += 3)
-      seq_kernel<L, 3, 2>(w + i * tile_elems, tile_elems, k0, k1, xp, y + 16 * i, ys, first, Fetch::kDram);
-    for (; tiles - i >= 2; i += 2)
-      seq_kernel<L, 2, 2>(w + i * tile_elems, tile_elems, k0, k1, xp, y + 16 * i, ys, first, Fetch::kDram);
-  } else if (m == 3) {
-    for (; i + 2 <= tiles; i += 2)
-      seq_kernel<L, 2, 3>(w + i * tile_elems, tile_elems, k0, k1, xp, y + 16 * i, ys, first, Fetch::kDram);
+    for (; i < b1; ++i) seq_kernel_m<L, 1>(m, at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
   }
-  for (; i < tiles; ++i)
-    seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, k0, k1, xp, y + 16 * i, ys, first, Fetch::kDram);
 }
 
 template <typename L>
@@ -198,17 +206,24 @@ __attribute__((noinline)) void seq_tiles_many(const typename L::T* w, int64_t ti
   // left by 512 = 85 x 6 + 2 took 0.6% of an F16 pp512).
   const int tail = static_cast<int>(num_tokens % kSeqTileTokens);
   const int64_t main_tokens = tail >= 1 && tail <= 3 ? num_tokens - tail : num_tokens;
+  // Blocks of kSeqBlockTiles tiles: a group of F16 or BF16 (tile_place).
+  constexpr bool kGrouped = !std::is_same_v<L, F32S>;
+  static_assert(!kGrouped || kSeqBlockTiles == kFloatTileGroup);
   for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
     const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
+    const int64_t ts = kGrouped ? kTileRows : tile_elems, ss = kGrouped ? kTileRows * (b1 - b0) : kTileRows;
     for (int64_t k0 = 0; k0 < n; k0 += chunk) {
       const int64_t k1 = std::min(n, k0 + chunk);
       for (int64_t i = b0; i < b1; ++i) {
+        const typename L::T* wi = w + b0 * tile_elems + (i - b0) * ts;
         if (convert) {
-          const typename L::T* wc = w + i * tile_elems;
           for (int64_t k = k0; k < k1; ++k) {
-            if (k % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wc + k * 16) + kPrefetchBytes, _MM_HINT_T0);
+            // A line per step in a group (16 x 2 bytes a step, 64-byte lines ss * 2 apart), else
+            // per 2 steps.
+            if (kGrouped || k % 2 == 0)
+              _mm_prefetch(reinterpret_cast<const char*>(wi + k * ss) + kPrefetchBytes, _MM_HINT_T0);
             __m256 a, b;
-            L::load16(wc + k * 16, a, b);
+            L::load16(wi + k * ss, a, b);
             _mm256_store_ps(wf + (k - k0) * 16, a);
             _mm256_store_ps(wf + (k - k0) * 16 + 8, b);
           }
@@ -219,15 +234,14 @@ __attribute__((noinline)) void seq_tiles_many(const typename L::T* w, int64_t ti
           if (convert || (stage && t0 > 0)) {
             // The chunk's f32 copy (made above, or staged by the first token tile): the kernel
             // reads step k at w + k * 16, re-based to step 0 through the activations' offset.
-            seq_kernel_m<F32S, 1>(m, wf, 0, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, Fetch::kL2);
+            seq_kernel_m<F32S, 1>(m, wf, 0, 16, 0, k1 - k0, xp + t0 * n + k0 * m, yc, ys, k0 == 0, Fetch::kL2);
           } else if (stage) {  // (m == kSeqTileTokens: there is more than one token tile)
-            seq_kernel<L, 1, kSeqTileTokens, true>(w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, yc, ys, k0 == 0,
-                                                   Fetch::kDram, wf);
+            seq_kernel<L, 1, kSeqTileTokens, true>(wi, ts, ss, k0, k1, xp + t0 * n, yc, ys, k0 == 0, Fetch::kDram, wf);
           } else {
             // F32: the first token tile prefetches the tile's next chunk (8 KiB ahead: the weights
             // come from DRAM once and the other tiles of the block run in between); the others
             // read the chunk from L2 (BM_Matmul/0/512/2/1/1: 165-178 -> 173-197 GFLOP/s).
-            seq_kernel_m<L, 1>(m, w + i * tile_elems, tile_elems, k0, k1, xp + t0 * n, yc, ys, k0 == 0,
+            seq_kernel_m<L, 1>(m, wi, ts, ss, k0, k1, xp + t0 * n, yc, ys, k0 == 0,
                                t0 == 0 ? Fetch::kDram : Fetch::kL2);
           }
         }

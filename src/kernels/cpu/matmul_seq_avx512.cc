@@ -5,9 +5,10 @@
 //
 // Register budget (32 zmm): 2 tiles x 12 tokens = 24 accumulators + 2 weights + 1 broadcast; per
 // step 2 weight loads, 12 broadcasts, 24 FMAs. Decode (one token) runs 4 tiles at once: 4
-// independent FMA chains, 4 weight streams (8 streams per thread read 25-35% less from DRAM on an
-// AMD EPYC with AVX-512, BM_MatmulFromDram; 2 streams 10-15% less than 4). Entered only with an
-// Isa >= kAvx512 (kernels_avx512.h).
+// independent FMA chains; for F16 and BF16 the 4 tiles of a group (tile_place, kernel_traits.h),
+// which lie side by side, so one weight stream per thread (for F32, 4 streams: 8 read 25-35% less
+// from DRAM on an AMD EPYC with AVX-512, BM_MatmulFromDram; 2 streams 10-15% less than 4).
+// Entered only with an Isa >= kAvx512 (kernels_avx512.h).
 // Compiled with -O3 (CMakeLists.txt): at -O2 GCC 12 keeps the accumulator arrays on the stack.
 // (GCC 12 reports its own avx512fintrin.h helpers as maybe-uninitialized in the BF16 loads.)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -16,7 +17,9 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_avx512.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace pagellm::kernels::avx512 {
 namespace {
@@ -60,11 +63,13 @@ struct BF16S {
 //     interleaved runs each).
 enum class Fetch { kNone, kDram, kL2 };
 
-// R consecutive tiles (tile i at w + i * tile_elems) x M tokens, steps [0, nk) (w and xp offset
-// to the chunk's first step); xp: element (k, t) at k * M + t. y: token t, row 16 i + r at
+// R consecutive tiles x M tokens, steps [0, nk) (w and xp offset to the chunk's first step):
+// step k of tile i at w + i * ts + k * ss (ts = 16 n, ss = 16 for tiles one after the other, as
+// F32's; ts = 16, ss = 16 g within a group of g tiles, as F16's and BF16's: tile_place,
+// kernel_traits.h); xp: element (k, t) at k * M + t. y: token t, row 16 i + r at
 // y[t * ys + 16 i + r]. `first`: chains start at 0, else continue from y.
 template <typename L, int R, int M>
-void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t nk, const float* xp, float* y, int64_t ys,
+void seq_kernel(const typename L::T* w, int64_t ts, int64_t ss, int64_t nk, const float* xp, float* y, int64_t ys,
                 bool first, Fetch fetch) {
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r) {
@@ -73,7 +78,7 @@ void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t nk, const fl
   auto step = [&](int64_t k) {
     __m512 wv[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = L::load16(w + r * tile_elems + k * 16);
+    for (int r = 0; r < R; ++r) wv[r] = L::load16(w + r * ts + k * ss);
 #pragma GCC unroll 12
     for (int t = 0; t < M; ++t) {
       const __m512 b = _mm512_set1_ps(xp[k * M + t]);
@@ -84,10 +89,9 @@ void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t nk, const fl
   constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));  // steps per 64-byte line of a tile
   int64_t k = 0;
   if (fetch != Fetch::kNone) {
-    const int64_t w_ahead = fetch == Fetch::kDram ? kPrefetchBytes : kL2WeightsAhead;
+    const int64_t w_ahead = (fetch == Fetch::kDram ? kPrefetchBytes : kL2WeightsAhead) * (M > 3 ? ss / 16 : 1);
     for (; k + kLine <= nk; k += kLine) {
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * tile_elems + k * 16) + w_ahead, _MM_HINT_T0);
+      simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine>(w, ts, ss, k, w_ahead);
       // Up to 48 bytes of tokens a step (kLine is 1 for f32 weights): every line is covered.
       if (fetch == Fetch::kL2) _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
 #pragma GCC unroll 1
@@ -102,12 +106,12 @@ void seq_kernel(const typename L::T* w, int64_t tile_elems, int64_t nk, const fl
   }
 }
 
-using KernelFn = void (*)(const void*, int64_t, int64_t, const float*, float*, int64_t, bool, Fetch);
+using KernelFn = void (*)(const void*, int64_t, int64_t, int64_t, const float*, float*, int64_t, bool, Fetch);
 
 template <typename L, int R, int M>
-void kernel_fn(const void* w, int64_t tile_elems, int64_t nk, const float* xp, float* y, int64_t ys, bool first,
+void kernel_fn(const void* w, int64_t ts, int64_t ss, int64_t nk, const float* xp, float* y, int64_t ys, bool first,
                Fetch fetch) {
-  seq_kernel<L, R, M>(static_cast<const typename L::T*>(w), tile_elems, nk, xp, y, ys, first, fetch);
+  seq_kernel<L, R, M>(static_cast<const typename L::T*>(w), ts, ss, nk, xp, y, ys, first, fetch);
 }
 
 // Kernels by token count m (1..12): R tiles at a time with R * m accumulators, and the 1-tile
@@ -133,41 +137,53 @@ template <typename L>
 void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t n, int64_t num_tokens, float* y,
                  int64_t ys) {
   const int64_t tile_elems = 16 * n;
+  // F16 and BF16 tiles lie in groups of kFloatTileGroup (tile_place), F32's one after the other.
+  constexpr bool kGrouped = !std::is_same_v<L, F32S>;
+  // The tile stride ts and step stride ss in the block of tiles [b0, b1) (a group if kGrouped).
+  const int64_t ts = kGrouped ? kTileRows : tile_elems;
+  auto steps = [&](int64_t b0, int64_t b1) { return kGrouped ? kTileRows * (b1 - b0) : kTileRows; };
+  auto at = [&](int64_t b0, int64_t i) { return w + b0 * tile_elems + (i - b0) * ts; };
   if (num_tokens <= kSeqTileTokens) {
     // One token tile (decode, small batches): all of K per group of tiles, weights streamed once.
     const int m = static_cast<int>(num_tokens);
     const int rt = Kernels<L>::many_tiles[m - 1];
-    int64_t i = 0;
-    for (; i + rt <= tiles; i += rt)
-      Kernels<L>::many[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, Fetch::kDram);
-    if (m <= 3 && i + 2 <= tiles) {
-      Kernels<L>::two[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, Fetch::kDram);
-      i += 2;
+    const int64_t block = kGrouped ? kFloatTileGroup : tiles;
+    for (int64_t b0 = 0; b0 < tiles; b0 += block) {
+      const int64_t b1 = std::min(tiles, b0 + block), ss = steps(b0, b1);
+      int64_t i = b0;
+      for (; i + rt <= b1; i += rt)
+        Kernels<L>::many[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, Fetch::kDram);
+      if (m <= 3 && i + 2 <= b1) {
+        Kernels<L>::two[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, Fetch::kDram);
+        i += 2;
+      }
+      for (; i < b1; ++i) Kernels<L>::one[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, Fetch::kDram);
     }
-    for (; i < tiles; ++i)
-      Kernels<L>::one[m - 1](w + i * tile_elems, tile_elems, n, xp, y + 16 * i, ys, true, Fetch::kDram);
     return;
   }
-  // Blocks of kSeqBlockTiles tiles, K in chunks: a chunk of 2 tiles' weights stays in L2 while
-  // every token tile runs over it, and so does a token tile's chunk of activations. From
-  // kConvertTiles token tiles on (prefill) the chunk is first converted to f32 (exact), so the
-  // inner loops load floats instead of converting every step.
+  // Blocks of kSeqBlockTiles tiles (a group of F16 or BF16), K in chunks: a chunk of 2 tiles'
+  // weights stays in L2 while every token tile runs over it, and so does a token tile's chunk of
+  // activations. From kConvertTiles token tiles on (prefill) the chunk is first converted to f32
+  // (exact), so the inner loops load floats instead of converting every step.
+  static_assert(!kGrouped || kSeqBlockTiles == kFloatTileGroup);
   const bool convert = !std::is_same_v<L, F32S> && num_tokens > (kConvertTiles - 1) * kSeqTileTokens;
   alignas(64) float wf[2 * 16 * kSeqChunk];
   for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
-    const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
+    const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles), ss = steps(b0, b1);
     for (int64_t k0 = 0; k0 < n; k0 += kSeqChunk) {
       const int64_t nk = std::min(n, k0 + kSeqChunk) - k0;
       for (int64_t i = b0; i < b1;) {
         const bool pair = i + 2 <= b1;
         const int64_t nt = pair ? 2 : 1;
-        const typename L::T* wc = w + i * tile_elems + k0 * 16;
+        const typename L::T* wc = at(b0, i) + k0 * ss;
         if (convert) {
+          // One line per step of a grouped pair (2 x 16 x 2 bytes), else one per 2 steps.
+          const int64_t every = ts == kTileRows ? 1 : 2;
           for (int64_t j = 0; j < nt; ++j) {
             for (int64_t k = 0; k < nk; ++k) {
-              if (k % 2 == 0)
-                _mm_prefetch(reinterpret_cast<const char*>(wc + j * tile_elems + k * 16) + kPrefetchBytes, _MM_HINT_T0);
-              _mm512_store_ps(wf + j * 16 * kSeqChunk + k * 16, L::load16(wc + j * tile_elems + k * 16));
+              if (k % every == 0)
+                _mm_prefetch(reinterpret_cast<const char*>(wc + j * ts + k * ss) + kPrefetchBytes, _MM_HINT_T0);
+              _mm512_store_ps(wf + j * 16 * kSeqChunk + k * 16, L::load16(wc + j * ts + k * ss));
             }
           }
         }
@@ -177,20 +193,20 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
           float* yc = y + t0 * ys + 16 * i;
           if (convert) {
             if (pair && m >= 4) {
-              Kernels<F32S>::many[m - 1](wf, 16 * kSeqChunk, nk, xc, yc, ys, k0 == 0, Fetch::kL2);
+              Kernels<F32S>::many[m - 1](wf, 16 * kSeqChunk, 16, nk, xc, yc, ys, k0 == 0, Fetch::kL2);
             } else {
               for (int64_t j = 0; j < nt; ++j)
-                Kernels<F32S>::one[m - 1](wf + j * 16 * kSeqChunk, 0, nk, xc, yc + 16 * j, ys, k0 == 0, Fetch::kL2);
+                Kernels<F32S>::one[m - 1](wf + j * 16 * kSeqChunk, 0, 16, nk, xc, yc + 16 * j, ys, k0 == 0, Fetch::kL2);
             }
           } else {
             // The first token tile prefetches the tiles' next chunk (the weights come from DRAM
             // once); the others read it from L2 (F32), or are few (F16, BF16 below kConvertTiles).
             const Fetch f = t0 == 0 ? Fetch::kDram : std::is_same_v<L, F32S> ? Fetch::kL2 : Fetch::kNone;
             if (pair && m >= 4) {
-              Kernels<L>::many[m - 1](wc, tile_elems, nk, xc, yc, ys, k0 == 0, f);
+              Kernels<L>::many[m - 1](wc, ts, ss, nk, xc, yc, ys, k0 == 0, f);
             } else {
               for (int64_t j = 0; j < nt; ++j)
-                Kernels<L>::one[m - 1](wc + j * tile_elems, tile_elems, nk, xc, yc + 16 * j, ys, k0 == 0, f);
+                Kernels<L>::one[m - 1](wc + j * ts, ts, ss, nk, xc, yc + 16 * j, ys, k0 == 0, f);
             }
           }
         }

@@ -11,8 +11,9 @@
 // says), where the FMA chain keeps them, so a weight, activation or partial sum below 1.2e-38 in
 // magnitude can give other bits than the other ISAs (docs/design.md, "Kernel table").
 //
-// Weights stay in WeightLayout::kRepacked16 ([k][16 rows] bf16): the 64 bytes of steps 2p and
-// 2p + 1 are one load, and one VPERMW makes the 16 pairs w[2p] << 16 | w[2p + 1]. A prefill from
+// Weights stay in WeightLayout::kRepacked16 (step k of a tile: 16 rows of bf16, in groups of 4
+// tiles side by side, tile_place): steps 2p and 2p + 1 are two 32-byte loads into one zmm, and one
+// VPERMW makes the 16 pairs w[2p] << 16 | w[2p + 1]. A prefill from
 // kConvertTiles token tiles on permutes each K chunk of two weight tiles once into an L2 buffer (as
 // matmul_seq_avx512.cc converts to f32, at half the bytes); fewer tokens permute every load.
 // Activations: pack_bf16_pairs, token tiles of kSeqTileTokens, dword (p, t) at p * m + t.
@@ -29,7 +30,9 @@
 #include <algorithm>
 #include <bit>
 
+#include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_avx512.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace pagellm::kernels::avx512 {
 namespace {
@@ -57,13 +60,14 @@ __m512i pair_index() {
 // kL2TokensAhead ahead.
 enum class Fetch { kNone, kDram, kL2 };
 
-// R consecutive tiles (tile i at w + i * tile_elems bf16; pair p of a tile at 32 p) x M tokens,
-// pairs [0, np) (w and xp offset to the chunk's first pair); xp: dword (p, t) at p * M + t.
-// kPermute: w in [k][16] layout, permuted per load; else already in pairs. y: token t, row
-// 16 i + r at y[t * ys + 16 i + r]. `first`: chains start at 0, else continue from y.
+// R consecutive tiles x M tokens, pairs [0, np) (w and xp offset to the chunk's first pair); xp:
+// dword (p, t) at p * M + t. kPermute: weights in the repacked layout, step k of tile i (16 bf16)
+// at w + i * ts + k * ss (ts = 16, ss = 16 g in a group of g tiles: tile_place, kernel_traits.h),
+// permuted per load; else already in pairs, pair p of tile i at w + i * ts + 32 p (ss = 16). y:
+// token t, row 16 i + r at y[t * ys + 16 i + r]. `first`: chains start at 0, else continue from y.
 template <bool kPermute, int R, int M>
-void dp_kernel(const uint16_t* w, int64_t tile_elems, int64_t np, const uint32_t* xp, float* y, int64_t ys, bool first,
-               Fetch fetch) {
+void dp_kernel(const uint16_t* w, int64_t ts, int64_t ss, int64_t np, const uint32_t* xp, float* y, int64_t ys,
+               bool first, Fetch fetch) {
   const __m512i idx = pair_index();
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r) {
@@ -72,13 +76,20 @@ void dp_kernel(const uint16_t* w, int64_t tile_elems, int64_t np, const uint32_t
   const int64_t w_ahead = fetch == Fetch::kDram ? kPrefetchBytes : kL2WeightsAhead;
 #pragma GCC unroll 1
   for (int64_t p = 0; p < np; ++p) {
+    if (fetch != Fetch::kNone) simd::prefetch_tile_steps<kPermute, R, 2>(w, ts, ss, 2 * p, w_ahead);
     __m512bh wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const uint16_t* wp = w + r * tile_elems + p * 32;
-      if (fetch != Fetch::kNone) _mm_prefetch(reinterpret_cast<const char*>(wp) + w_ahead, _MM_HINT_T0);
-      __m512i v = _mm512_loadu_si512(wp);
-      if constexpr (kPermute) v = _mm512_permutexvar_epi16(idx, v);
+      const uint16_t* wp = w + r * ts + 2 * p * ss;
+      __m512i v;
+      if constexpr (kPermute) {
+        // Steps 2p and 2p + 1 (apart in a group) as words 0-15 and 16-31, then into pairs.
+        v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp))),
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + ss)), 1);
+        v = _mm512_permutexvar_epi16(idx, v);
+      } else {
+        v = _mm512_loadu_si512(wp);
+      }
       wv[r] = std::bit_cast<__m512bh>(v);
     }
     if (fetch == Fetch::kL2) _mm_prefetch(reinterpret_cast<const char*>(xp + p * M) + kL2TokensAhead, _MM_HINT_T0);
@@ -94,7 +105,7 @@ void dp_kernel(const uint16_t* w, int64_t tile_elems, int64_t np, const uint32_t
   }
 }
 
-using KernelFn = void (*)(const uint16_t*, int64_t, int64_t, const uint32_t*, float*, int64_t, bool, Fetch);
+using KernelFn = void (*)(const uint16_t*, int64_t, int64_t, int64_t, const uint32_t*, float*, int64_t, bool, Fetch);
 
 // Kernels by token count m (1..12), as in matmul_seq_avx512.cc: `many` runs R tiles at a time
 // (4 for m <= 3, else 2), `two` 2 tiles for m <= 3, `one` a single tile.
@@ -160,42 +171,52 @@ void seq_tiles_bf16_pairs(const void* wv, int64_t tiles, const uint32_t* xp, int
                           int64_t ys) {
   const auto* w = static_cast<const uint16_t*>(wv);
   const int64_t tile_elems = 16 * n, np = n / 2;
+  // Tiles lie in groups of kFloatTileGroup (tile_place): tile i of the group [b0, b1) at
+  // w + b0 * tile_elems + 16 (i - b0), its steps 16 (b1 - b0) bf16 apart.
+  static_assert(kSeqBlockTiles == kFloatTileGroup);
+  auto at = [&](int64_t b0, int64_t i) { return w + b0 * tile_elems + kTileRows * (i - b0); };
   if (num_tokens <= kSeqTileTokens) {
     // One token tile (decode, small batches): all of K per group of tiles, weights streamed once.
     const int m = static_cast<int>(num_tokens);
     const int rt = Kernels<true>::many_tiles[m - 1];
-    int64_t i = 0;
-    for (; i + rt <= tiles; i += rt)
-      Kernels<true>::many[m - 1](w + i * tile_elems, tile_elems, np, xp, y + 16 * i, ys, true, Fetch::kDram);
-    if (m <= 3 && i + 2 <= tiles) {
-      Kernels<true>::two[m - 1](w + i * tile_elems, tile_elems, np, xp, y + 16 * i, ys, true, Fetch::kDram);
-      i += 2;
+    for (int64_t b0 = 0; b0 < tiles; b0 += kFloatTileGroup) {
+      const int64_t b1 = std::min(tiles, b0 + kFloatTileGroup), ss = kTileRows * (b1 - b0);
+      int64_t i = b0;
+      for (; i + rt <= b1; i += rt)
+        Kernels<true>::many[m - 1](at(b0, i), kTileRows, ss, np, xp, y + 16 * i, ys, true, Fetch::kDram);
+      if (m <= 3 && i + 2 <= b1) {
+        Kernels<true>::two[m - 1](at(b0, i), kTileRows, ss, np, xp, y + 16 * i, ys, true, Fetch::kDram);
+        i += 2;
+      }
+      for (; i < b1; ++i)
+        Kernels<true>::one[m - 1](at(b0, i), kTileRows, ss, np, xp, y + 16 * i, ys, true, Fetch::kDram);
     }
-    for (; i < tiles; ++i)
-      Kernels<true>::one[m - 1](w + i * tile_elems, tile_elems, np, xp, y + 16 * i, ys, true, Fetch::kDram);
     return;
   }
-  // Blocks of kSeqBlockTiles tiles, K in chunks, as matmul_seq_avx512.cc; from kConvertTiles
-  // token tiles on, each chunk of a pair of tiles is permuted once into wb (2 x 16 x 2048 x 2 B =
-  // 128 KiB of stack), which every token tile then reads from L2.
+  // Blocks of kSeqBlockTiles tiles (a group), K in chunks, as matmul_seq_avx512.cc; from
+  // kConvertTiles token tiles on, each chunk of a pair of tiles is permuted once into wb (2 x 16 x
+  // 2048 x 2 B = 128 KiB of stack), which every token tile then reads from L2.
   const bool convert = num_tokens > (kConvertTiles - 1) * kSeqTileTokens;
   const __m512i idx = pair_index();
   alignas(64) uint16_t wb[2 * 16 * kSeqChunk];
   for (int64_t b0 = 0; b0 < tiles; b0 += kSeqBlockTiles) {
-    const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles);
+    const int64_t b1 = std::min(tiles, b0 + kSeqBlockTiles), ss = kTileRows * (b1 - b0);
     for (int64_t k0 = 0; k0 < n; k0 += kSeqChunk) {
       const int64_t nk = std::min(n, k0 + kSeqChunk) - k0, npc = nk / 2;
       for (int64_t i = b0; i < b1;) {
         const bool pair = i + 2 <= b1;
         const int64_t nt = pair ? 2 : 1;
-        const uint16_t* wc = w + i * tile_elems + k0 * 16;
+        const uint16_t* wc = at(b0, i) + k0 * ss;
         if (convert) {
           for (int64_t j = 0; j < nt; ++j) {
             for (int64_t p = 0; p < npc; ++p) {
-              const uint16_t* src = wc + j * tile_elems + p * 32;
+              const uint16_t* src = wc + j * kTileRows + 2 * p * ss;
               _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
-              _mm512_store_si512(wb + j * 16 * kSeqChunk + p * 32,
-                                 _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src)));
+              _mm_prefetch(reinterpret_cast<const char*>(src + ss) + kPrefetchBytes, _MM_HINT_T0);
+              const __m512i v =
+                  _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))),
+                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + ss)), 1);
+              _mm512_store_si512(wb + j * 16 * kSeqChunk + p * 32, _mm512_permutexvar_epi16(idx, v));
             }
           }
         }
@@ -205,20 +226,21 @@ void seq_tiles_bf16_pairs(const void* wv, int64_t tiles, const uint32_t* xp, int
           float* yc = y + t0 * ys + 16 * i;
           if (convert) {
             if (pair && m >= 4) {
-              Kernels<false>::many[m - 1](wb, 16 * kSeqChunk, npc, xc, yc, ys, k0 == 0, Fetch::kL2);
+              Kernels<false>::many[m - 1](wb, 16 * kSeqChunk, 16, npc, xc, yc, ys, k0 == 0, Fetch::kL2);
             } else {
               for (int64_t j = 0; j < nt; ++j)
-                Kernels<false>::one[m - 1](wb + j * 16 * kSeqChunk, 0, npc, xc, yc + 16 * j, ys, k0 == 0, Fetch::kL2);
+                Kernels<false>::one[m - 1](wb + j * 16 * kSeqChunk, 0, 16, npc, xc, yc + 16 * j, ys, k0 == 0,
+                                           Fetch::kL2);
             }
           } else {
             // The first token tile prefetches the tiles' chunk from DRAM; the second reads it
             // from L2.
             const Fetch f = t0 == 0 ? Fetch::kDram : Fetch::kNone;
             if (pair && m >= 4) {
-              Kernels<true>::many[m - 1](wc, tile_elems, npc, xc, yc, ys, k0 == 0, f);
+              Kernels<true>::many[m - 1](wc, kTileRows, ss, npc, xc, yc, ys, k0 == 0, f);
             } else {
               for (int64_t j = 0; j < nt; ++j)
-                Kernels<true>::one[m - 1](wc + j * tile_elems, tile_elems, npc, xc, yc + 16 * j, ys, k0 == 0, f);
+                Kernels<true>::one[m - 1](wc + j * kTileRows, kTileRows, ss, npc, xc, yc + 16 * j, ys, k0 == 0, f);
             }
           }
         }

@@ -23,8 +23,9 @@ namespace pagellm::kernels {
 // In ggml terms: ne[0] = cols, ne[1] = rows.
 // layout kRepacked16 (made by repack_weight): the same bytes, rows interleaved in tiles of 16;
 // Q8_0/Q4_0 block by block for the block-sum kernels (kernels_r16.h), F32/F16/BF16 element by
-// element (element (r, k) of a tile at k * 16 + r) for the sequential kernels
-// (matmul_seq_avx2.cc); only matmul reads it.
+// element (element (r, k) of a tile at k * 16 + r; F16 and BF16 tiles side by side in groups of
+// 4, element (r, k) of tile j of a group of g at k * 16 g + 16 j + r: kernel_traits.h) for the
+// sequential kernels (matmul_seq_avx2.cc); only matmul and get_row read it.
 // isa: the kernels matmul runs this weight on (chosen with the layout, at load); any value up to
 // cpu_isa() gives the same bits.
 enum class WeightLayout : uint8_t { kGguf, kRepacked16 };

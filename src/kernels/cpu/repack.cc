@@ -29,7 +29,10 @@ WeightView repack_weight(const WeightView& w, void* out, ThreadPool* pool) {
   auto* dst = static_cast<uint8_t*>(out);
   const int64_t tiles = w.rows / kTileRows, tile_bytes = kTileRows * rb;
   auto run = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) tt->repack_tile(src + t * tile_bytes, rb, w.cols, dst + t * tile_bytes);
+    for (int64_t t = t0; t < t1; ++t) {
+      const TilePlace p = tile_place(t, tiles, tt->tile_group, tile_bytes, w.cols);
+      tt->repack_tile(src + t * tile_bytes, rb, w.cols, dst + p.offset_bytes, p.step_rows);
+    }
   };
   if (pool != nullptr) {
     pool->parallel_for(tiles, run);
@@ -53,8 +56,9 @@ void get_row(const WeightView& w, int64_t r, float* out, Workspace& ws) {
     return dequantize_row(w.type, base + r * rb, w.cols, out);
   }
   auto* row = static_cast<uint8_t*>(ws.get(Workspace::kRow, rb));
-  kernel_traits(w.type)->unpack_row(base + r / kTileRows * kTileRows * rb, static_cast<int>(r % kTileRows), w.cols,
-                                    row);
+  const KernelTraits* tt = kernel_traits(w.type);
+  const TilePlace p = tile_place(r / kTileRows, w.rows / kTileRows, tt->tile_group, kTileRows * rb, w.cols);
+  tt->unpack_row(base + p.offset_bytes, static_cast<int>(r % kTileRows), w.cols, row, p.step_rows);
   dequantize_row(w.type, row, w.cols, out);
 }
 
