@@ -307,7 +307,7 @@ TEST(Matmul, VecDotTypeComesFromTheTable) {
   EXPECT_DEATH(vec_dot_type(GgmlType::Q8_1), "unsupported weight type");
 }
 
-// The Isa is chosen once from the CPU and two flags; nothing flips it later.
+// The Isa is chosen once from the CPU, its vendor and two flags; nothing flips it later.
 TEST(Isa, LimitsAndNames) {
   EXPECT_EQ(limit_isa(Isa::kAvx512Vnni, false, false), Isa::kAvx512Vnni);
   EXPECT_EQ(limit_isa(Isa::kAvx512Vnni, false, true), Isa::kAvx2);
@@ -318,6 +318,10 @@ TEST(Isa, LimitsAndNames) {
   EXPECT_EQ(usable_isas().back(), cpu_isa());
   EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
   EXPECT_EQ(limit_isa(Isa::kAvx512Bf16, false, true), Isa::kAvx2);
+  // Where VDPBF16PS does not beat the FMA tiles (Intel), the BF16 tiles are left out.
+  EXPECT_EQ(limit_isa(Isa::kAvx512Bf16, false, false, false), Isa::kAvx512Vnni);
+  EXPECT_EQ(limit_isa(Isa::kAvx512Bf16, false, false, true), Isa::kAvx512Bf16);
+  EXPECT_EQ(limit_isa(Isa::kAvx512, false, false, false), Isa::kAvx512);
   EXPECT_STREQ(isa_name(Isa::kAvx512Bf16), "avx512bf16");
   std::printf("cpu_isa: %s, default_isa: %s\n", isa_name(cpu_isa()), isa_name(default_isa()));
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -34,6 +35,26 @@ Isa probe() {
 #endif
 }
 
+// Whether VDPBF16PS beats the FMA tiles it replaces, so that default_isa() may pick the BF16
+// tiles. It does on AMD (Zen 4 and 5 issue it at the FMA rate, two products each: the Zen 5 VM's
+// BF16 pp512 was 1.9x its FMA tiles'); it does not on Intel's Sapphire/Emerald Rapids, where
+// `BM_Matmul` BF16 5632x2048 at 512 tokens, one thread, ran at 72.5 GFLOP/s on the BF16 tiles
+// against 117 on the AVX-512 FMA ones ("model 207" VM, docs/benchmarks.md). Vendor from CPUID
+// leaf 0 (EBX, EDX, ECX spell it).
+bool bf16_dot_pays() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::strcmp(vendor, "AuthenticAMD") == 0;
+#else
+  return false;
+#endif
+}
+
 // True when the variable is set to something other than "" or "0".
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
@@ -58,14 +79,15 @@ Isa cpu_isa() {
   return isa;
 }
 
-Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512) {
+Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512, bool bf16_dot_pays) {
   if (no_avx2) return Isa::kScalar;
   if (no_avx512) return std::min(cpu, Isa::kAvx2);
-  return cpu;
+  return bf16_dot_pays ? cpu : std::min(cpu, Isa::kAvx512Vnni);
 }
 
 Isa default_isa() {
-  static const Isa isa = limit_isa(cpu_isa(), env_flag("PAGELLM_NO_AVX2"), env_flag("PAGELLM_NO_AVX512"));
+  static const Isa isa =
+      limit_isa(cpu_isa(), env_flag("PAGELLM_NO_AVX2"), env_flag("PAGELLM_NO_AVX512"), bf16_dot_pays());
   return isa;
 }
 

@@ -27,12 +27,15 @@ const char* isa_name(Isa isa);
 Isa cpu_isa();
 
 // cpu_isa() limited by the environment, read once, at the first call: PAGELLM_NO_AVX512 (set to
-// anything but "" or "0") caps it at kAvx2, PAGELLM_NO_AVX2 at kScalar. What a model uses when
-// the caller does not choose (LlamaModel's constructor).
+// anything but "" or "0") caps it at kAvx2, PAGELLM_NO_AVX2 at kScalar. kAvx512Bf16 only on
+// AMD CPUs: on Intel's (Sapphire/Emerald Rapids) VDPBF16PS runs slower than the FMA tiles, so
+// there it stops at kAvx512Vnni (usable_isas() still lists kAvx512Bf16 for tests and
+// benchmarks). What a model uses when the caller does not choose (LlamaModel's constructor).
 Isa default_isa();
 
-// min(cpu, the caps of the two flags): the rule of default_isa(), as a pure function.
-Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512);
+// min(cpu, the caps of the two flags, and kAvx512Vnni unless bf16_dot_pays): the rule of
+// default_isa(), as a pure function.
+Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512, bool bf16_dot_pays = true);
 
 // Every Isa from kScalar up to cpu_isa(), ascending: what a test may run here.
 std::vector<Isa> usable_isas();
