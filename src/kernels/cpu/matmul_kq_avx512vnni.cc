@@ -10,6 +10,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kq_decoders.h"
 #include "kernels/cpu/prefetch_out_of_line.h"
@@ -55,6 +57,18 @@ struct S512 {
   }
 };
 
+// Super-block types with a min, no offset and 32-element sub-blocks (Q4_K, Q5_K): each
+// sub-block's activation sum is the pair of int16 q8_K bsums at 2 s (|bsum| <= 16 x 127, a min
+// <= 63), so one VPDPWSSD gives min x xsum exactly.
+template <class D>
+constexpr bool kMinPairs = D::kHasMin&& D::kOffset == 0 && D::kQK == kQK_K&& D::kSub == 32;
+
+inline int32_t load_i32(const int16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 template <class D, int M>
 void kq_tile(const uint8_t* tile, const void* xv, int64_t xs, int64_t nb, float* out) {
   using A = Act<D::kQK>;
@@ -89,11 +103,24 @@ void kq_tile(const uint8_t* tile, const void* xv, int64_t xs, int64_t nb, float*
           a[k] = _mm512_dpbusd_epi32(a[k], u, xc);
         }
       }
-      for (int k = 0; k < M; ++k) {
-        const int32_t xsum = A::xsum(x[k * xs + b], s, D::kSub);
-        if constexpr (D::kOffset != 0) a[k] = _mm512_sub_epi32(a[k], _mm512_set1_epi32(D::kOffset * xsum));
-        isum[k] = _mm512_add_epi32(isum[k], _mm512_mullo_epi32(sc, a[k]));
-        if constexpr (D::kHasMin) msum[k] = _mm512_add_epi32(msum[k], _mm512_mullo_epi32(mn, _mm512_set1_epi32(xsum)));
+      if constexpr (kMinPairs<D>) {
+        // min x xsum as VPDPWSSD of (mn, mn) by the sub-block's two 16-element q8_K sums: the
+        // same int32, without VPMULLD (two port-0 uops on Intel, where VPDPBUSD also runs only
+        // on port 0).
+        const __m512i mn2 = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));
+        for (int k = 0; k < M; ++k) {
+          const __m512i xsum2 = _mm512_set1_epi32(load_i32(x[k * xs + b].bsums + 2 * s));
+          msum[k] = _mm512_dpwssd_epi32(msum[k], mn2, xsum2);
+          isum[k] = _mm512_add_epi32(isum[k], _mm512_mullo_epi32(sc, a[k]));
+        }
+      } else {
+        for (int k = 0; k < M; ++k) {
+          const int32_t xsum = A::xsum(x[k * xs + b], s, D::kSub);
+          if constexpr (D::kOffset != 0) a[k] = _mm512_sub_epi32(a[k], _mm512_set1_epi32(D::kOffset * xsum));
+          isum[k] = _mm512_add_epi32(isum[k], _mm512_mullo_epi32(sc, a[k]));
+          if constexpr (D::kHasMin)
+            msum[k] = _mm512_add_epi32(msum[k], _mm512_mullo_epi32(mn, _mm512_set1_epi32(xsum)));
+        }
       }
     }
     const __m512 d = v.halves(field(g, D::kD));
