@@ -37,7 +37,7 @@ Isa probe() {
 
 // Whether VDPBF16PS beats the FMA tiles it replaces, so that default_isa() may pick the BF16
 // tiles. It does on AMD (Zen 4 and 5 issue it at the FMA rate, two products each: the Zen 5 VM's
-// BF16 pp512 was 1.9x its FMA tiles'); it does not on Intel's Sapphire/Emerald Rapids, where
+// BF16 pp512 was 1.9x its FMA tiles'); it does not on the Intel one measured (Emerald Rapids), where
 // `BM_Matmul` BF16 5632x2048 at 512 tokens, one thread, ran at 72.5 GFLOP/s on the BF16 tiles
 // against 117 on the AVX-512 FMA ones ("model 207" VM, docs/benchmarks.md). Vendor from CPUID
 // leaf 0 (EBX, EDX, ECX spell it).

@@ -28,8 +28,8 @@ Isa cpu_isa();
 
 // cpu_isa() limited by the environment, read once, at the first call: PAGELLM_NO_AVX512 (set to
 // anything but "" or "0") caps it at kAvx2, PAGELLM_NO_AVX2 at kScalar. kAvx512Bf16 only on
-// AMD CPUs: on Intel's (Sapphire/Emerald Rapids) VDPBF16PS runs slower than the FMA tiles, so
-// there it stops at kAvx512Vnni (usable_isas() still lists kAvx512Bf16 for tests and
+// AMD CPUs: on the Intel one measured (Emerald Rapids) VDPBF16PS ran slower than the FMA tiles,
+// so on Intel it stops at kAvx512Vnni (usable_isas() still lists kAvx512Bf16 for tests and
 // benchmarks). What a model uses when the caller does not choose (LlamaModel's constructor).
 Isa default_isa();
 

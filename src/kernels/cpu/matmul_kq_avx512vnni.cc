@@ -61,7 +61,7 @@ struct S512 {
 // sub-block's activation sum is the pair of int16 q8_K bsums at 2 s (|bsum| <= 16 x 127, a min
 // <= 63), so one VPDPWSSD gives min x xsum exactly.
 template <class D>
-constexpr bool kMinPairs = D::kHasMin&& D::kOffset == 0 && D::kQK == kQK_K&& D::kSub == 32;
+constexpr bool kMinPairs = (D::kHasMin) && (D::kOffset == 0) && (D::kQK == kQK_K) && (D::kSub == 32);
 
 inline int32_t load_i32(const int16_t* p) {
   int32_t v;
