@@ -230,6 +230,37 @@ TEST(EngineCore, NonFiniteLogitsFailTheRequestNotTheEngine) {
   EXPECT_EQ(llm.kv_manager().pool().num_free_blocks(), llm.kv_cache().num_blocks());
 }
 
+// A NaN in the hidden state of a quantized model (output_norm.weight NaN in llama.cpp's random
+// files) reaches the logits through the activation quantizers (nan_block) of every quantized
+// type of the output matrix: the request fails as above. These files used to generate token 0
+// with every logit 0.
+TEST(EngineCore, NanHiddenStateOfAQuantizedModelFailsTheRequest) {
+  for (const char* file : {"llama-kq-s7-q4_k-pure.gguf", "llama-kq-s7-q2_k-pure.gguf", "llama-kq-s7-q4_1.gguf",
+                           "llama-kq-s7-iq4_xs.gguf", "llama-kq-s7-q8_0.gguf"}) {
+    SCOPED_TRACE(file);
+    EngineConfig c;
+    c.model_path = test::write_nan_tensor_model(test::testdata(std::string("kquant/") + file), "output_norm.weight",
+                                                ::testing::TempDir() + "/nan_hidden.gguf");
+    c.num_threads = 2;
+    LLM llm(c);
+    test::TextEngine core(llm, {4, 512});
+    std::mt19937 rng(4);
+    core.add_request(greedy("g", random_prompt(rng, 12), 4));
+    std::string reason, error;
+    for (int guard = 0; core.has_work() && guard < 100; ++guard) {
+      for (const RequestOutput& o : core.step()) {
+        EXPECT_TRUE(o.new_token_ids.empty());
+        if (o.finished) {
+          reason = o.finish_reason;
+          error = o.error;
+        }
+      }
+    }
+    EXPECT_EQ(reason, "error");
+    EXPECT_NE(error.find("not finite"), std::string::npos) << error;
+  }
+}
+
 TEST(EngineCore, RejectsBadRequests) {
   auto llm = load(4);  // 64 tokens of KV
   test::TextEngine core(*llm, {4, 512});

@@ -187,6 +187,43 @@ TEST_P(MatmulTest, BatchAndThreadInvariance) {
   }
 }
 
+// One NaN in a token's activations makes every output of that token NaN, on every ISA and layout
+// and in the oracle (for the quantized types, the activation block holding it gets d = NaN:
+// nan_block), and leaves the other tokens of the batch as they are alone. A model whose hidden
+// state went NaN must give NaN logits, which the sampler refuses, rather than finite ones.
+TEST_P(MatmulTest, ANanActivationMakesItsTokensOutputsNan) {
+  const GgmlType type = GetParam();
+  Rng rng(77);
+  ThreadPool pool(2);
+  Workspace ws;
+  const int64_t rows = 33, cols = block_of(type) == kQK_K ? 512 : 64, num_tokens = 3;
+  const TestWeights tw = make_weights(type, rows, cols, rng);
+  std::vector<float> x = rng.vec(num_tokens * cols);
+  x[cols + cols - 3] = NAN;  // token 1, in the last block
+  std::vector<float> y_ref(num_tokens * rows), alone(rows);
+  matmul_ref(tw.view(), x.data(), num_tokens, y_ref.data());
+  for (Isa isa : usable_isas()) {
+    for (bool repack : {false, true}) {
+      std::vector<uint8_t> buf;
+      const WeightView w = on(tw, isa, repack, buf);
+      std::vector<float> y(num_tokens * rows);
+      matmul(w, x.data(), num_tokens, y.data(), &pool, ws);
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        matmul(w, x.data() + t * cols, 1, alone.data(), nullptr, ws);
+        for (int64_t r = 0; r < rows; ++r) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + (repack ? " repacked" : " gguf") + " token " + std::to_string(t) +
+                       " row " + std::to_string(r));
+          ASSERT_EQ(std::isnan(y[t * rows + r]), t == 1);
+          ASSERT_EQ(std::isnan(y_ref[t * rows + r]), t == 1);
+          if (t != 1) {
+            ASSERT_EQ(std::memcmp(&y[t * rows + r], &alone[r], 4), 0);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Row lookups (embeddings; the tied LM head is repacked) read either layout: every row of a
 // repacked matrix, in a tile or in the GGUF-layout tail, dequantizes as the original row.
 TEST_P(MatmulTest, GetRowReadsEitherLayout) {

@@ -148,8 +148,8 @@ TEST(Quants, QuantizeDequantizeErrorBound) {
 }
 
 // The vectorised activation quantizer matmul uses (every ISA from AVX2 on) equals the scalar one bit for
-// bit: random blocks of several ranges, an all-zero block, and blocks whose scaled values land
-// exactly on .5 (round half to even).
+// bit: random blocks of several ranges, an all-zero block, blocks whose scaled values land
+// exactly on .5 (round half to even), and blocks holding a NaN (d = NaN, zero quants).
 TEST(Quants, Q8_0ActivationsVectorEqualsScalar) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: the vectorised quantizer is never used";
   Rng rng(17);
@@ -159,8 +159,17 @@ TEST(Quants, Q8_0ActivationsVectorEqualsScalar) {
     // Block 3: amax 127/16, so id = 16 and x * id = j - 15.5 exactly: every value a tie.
     for (int j = 0; j < 31; ++j) x[96 + j] = (j - 15.5f) / 16.0f;
     x[96 + 31] = 127.0f / 16.0f;
+    x[4 * 32 + 3] = NAN;    // block 4: a NaN in the first 8 lanes
+    x[5 * 32 + 31] = -NAN;  // block 5: in the last
+    x[6 * 32 + 17] = NAN;   // block 6: with an infinity before it
+    x[6 * 32 + 2] = INFINITY;
     std::vector<BlockQ8_0> want(37), got(37);
     quantize_row_q8_0_activations(x.data(), static_cast<int64_t>(x.size()), want.data());
+    for (int b : {4, 5, 6}) {
+      EXPECT_TRUE(std::isnan(fp16_to_fp32(want[b].d))) << "block " << b;
+      for (int j = 0; j < 32; ++j) ASSERT_EQ(want[b].qs[j], 0) << "block " << b;
+    }
+    EXPECT_FALSE(std::isnan(fp16_to_fp32(want[3].d)));
     for (Isa isa : usable_isas()) {
       quantize_activations_q8_0(x.data(), 1, static_cast<int64_t>(x.size()), got.data(), isa);
       for (int b = 0; b < 37; ++b) {
@@ -173,9 +182,9 @@ TEST(Quants, Q8_0ActivationsVectorEqualsScalar) {
 
 // The vectorised q8_K quantizer (K-quant activations, AVX2 and up) equals quantize_row_q8_K bit
 // for bit: random super-blocks of several ranges, an all-zero one, one whose largest magnitude
-// appears twice with both signs (the first wins), one of exact .5 ties, one holding a NaN, one
-// holding +inf (iscale = -0: the inf's product is NaN) and one whose largest magnitude is 1e-37
-// (iscale = -inf: products of +-inf and NaN).
+// appears twice with both signs (the first wins), one of exact .5 ties, one holding a NaN (d =
+// NaN, zero quants and bsums), one holding +inf (iscale = -0: the inf's product is NaN) and one
+// whose largest magnitude is 1e-37 (iscale = -inf: products of +-inf and NaN).
 TEST(Quants, Q8KActivationsVectorEqualsScalar) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: the vectorised quantizer is never used";
   Rng rng(19);
@@ -205,7 +214,9 @@ TEST(Quants, Q8KActivationsVectorEqualsScalar) {
     EXPECT_EQ(want[2].qs[40], -127);
     EXPECT_EQ(want[3].qs[1], -126);  // 1 - 127.5 = -126.5: half to even
     EXPECT_EQ(want[3].qs[2], -126);  // -125.5
-    EXPECT_EQ(want[4].qs[7], 127);
+    EXPECT_TRUE(std::isnan(want[4].d));
+    for (int j = 0; j < 256; ++j) ASSERT_EQ(want[4].qs[j], 0);
+    for (int s = 0; s < 16; ++s) ASSERT_EQ(want[4].bsums[s], 0);
     EXPECT_EQ(want[5].qs[9], 127);  // -0 * inf = NaN
     EXPECT_EQ(want[6].qs[0], 127);  // -inf * 0 = NaN
     EXPECT_EQ(want[6].qs[100], -128);

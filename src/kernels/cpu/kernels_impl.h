@@ -15,6 +15,19 @@
 
 namespace pagellm::kernels {
 
+// The activation quantizers' block for input holding a NaN: d = NaN and zero quants and bsums,
+// so that every dot product with it is NaN (the sampler then refuses the logits: "not finite").
+// ggml's amax skips a NaN, which turned such a block into finite quants or zeros, and a NaN in
+// the hidden state into plausible-looking logits (all 0 for an all-NaN row).
+inline void nan_block(BlockQ8_0& b) {
+  std::memset(&b, 0, sizeof(b));
+  b.d = fp32_to_fp16(NAN);
+}
+inline void nan_block(BlockQ8_K& b) {
+  std::memset(&b, 0, sizeof(b));
+  b.d = NAN;
+}
+
 namespace ref {
 // Attention's scalar q . k (paged_attention_ref, and attention without AVX2): avx2::dot_f32's
 // order emulated in scalar code (4 x 8 lanes over steps of 32, then steps of 8, the lanes summed

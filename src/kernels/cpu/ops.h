@@ -65,11 +65,12 @@ void quantize_row_q4_0(const float* x, int64_t n, void* out);
 // The K-quant activation quantizer (ggml's quantize_row_q8_K_ref, the arithmetic written from its
 // description): per 256 values, iscale = -127 / (the signed value of largest magnitude),
 // q = min(127, round_half_even(iscale * x)), d = 1 / iscale, bsums per 16. n % 256 == 0.
+// Unlike ggml, 256 values holding a NaN give d = NaN (zero quants): the NaN reaches the logits.
 void quantize_row_q8_K(const float* x, int64_t n, void* out);
 // Activation quantizer of the quantized matmuls: the arithmetic of ggml's x86 quantize_row_q8_0
 // (id = 127 / amax, round half to even), so that Q8_0/Q4_0 logits track llama.cpp's on x86.
 // It differs from quantize_row_q8_0 (weights: id = 1 / d, round half away from zero) in the last
-// bit of a few quants.
+// bit of a few quants. 32 values holding a NaN give d = NaN (zero quants), as quantize_row_q8_K.
 // The activation type a weight type multiplies (the kernel table's vec_dot_type): F32 for
 // F32/F16/BF16 (rounded to the weight's type inside matmul), Q8_0 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/
 // IQ4_NL, Q8_K for the K-quants and IQ4_XS. Aborts (PAGELLM_CHECK) for a type matmul does not

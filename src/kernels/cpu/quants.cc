@@ -7,11 +7,18 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cpu/kernels_impl.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_unpack.h"
 
 namespace pagellm::kernels {
 namespace {
+
+bool block_has_nan(const float* x, int n) {
+  bool nan = false;
+  for (int j = 0; j < n; ++j) nan |= std::isnan(x[j]);
+  return nan;
+}
 
 template <GgmlType T>
 void dequantize_unpacked(const void* row, int64_t cols, float* out) {
@@ -97,6 +104,10 @@ void quantize_row_q8_0_activations(const float* x, int64_t n, void* out) {
   auto* y = static_cast<BlockQ8_0*>(out);
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     const float* xb = x + i * kQK8_0;
+    if (block_has_nan(xb, kQK8_0)) {
+      nan_block(y[i]);
+      continue;
+    }
     float amax = 0.0f;
     for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -111,6 +122,10 @@ void quantize_row_q8_K(const float* x, int64_t n, void* out) {
   auto* y = static_cast<BlockQ8_K*>(out);
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float* xb = x + i * kQK_K;
+    if (block_has_nan(xb, kQK_K)) {
+      nan_block(y[i]);
+      continue;
+    }
     float amax = 0.0f, vmax = 0.0f;  // the signed value of largest magnitude (first on ties)
     for (int j = 0; j < kQK_K; ++j) {
       if (std::fabs(xb[j]) > amax) {
@@ -126,7 +141,8 @@ void quantize_row_q8_K(const float* x, int64_t n, void* out) {
     for (int j = 0; j < kQK_K; ++j) {
       // Round half to even (ggml's nearest_int); the largest magnitude maps to -127. Clamped to
       // [-128, 127], NaN -> 127: only a block holding inf (iscale = -0) or one whose largest
-      // magnitude is below ~4e-37 (iscale = -inf) gets here a product outside that range.
+      // magnitude is below ~4e-37 (iscale = -inf) gets here a product outside that range (a NaN
+      // input has been turned away above).
       y[i].qs[j] = static_cast<int8_t>(std::max(-128.0f, std::min(127.0f, std::nearbyint(iscale * xb[j]))));
     }
     for (int s = 0; s < kQK_K / 16; ++s) {

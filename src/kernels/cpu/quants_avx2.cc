@@ -9,15 +9,30 @@
 
 namespace pagellm::kernels::avx2 {
 
-// As quantize_row_q8_0_activations (bit-identical): amax over the block, id = 127 / amax, and
-// round half to even (cvtps2dq in the default MXCSR mode, as std::nearbyint); |x * id| <= 127,
-// so the saturating packs to int8 change nothing.
+namespace {
+
+// Whether any of v[0 .. n) is a NaN (an unordered compare with itself).
+bool any_nan(const __m256* v, int n) {
+  __m256 u = _mm256_cmp_ps(v[0], v[0], _CMP_UNORD_Q);
+  for (int i = 1; i < n; ++i) u = _mm256_or_ps(u, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+  return _mm256_movemask_ps(u) != 0;
+}
+
+}  // namespace
+
+// As quantize_row_q8_0_activations (bit-identical): a block holding a NaN is nan_block; else
+// amax over the block, id = 127 / amax, and round half to even (cvtps2dq in the default MXCSR
+// mode, as std::nearbyint); |x * id| <= 127, so the saturating packs to int8 change nothing.
 void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < n / kQK8_0; ++b) {
     const float* xb = x + b * kQK8_0;
     __m256 v[4];
     for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+    if (any_nan(v, 4)) {
+      nan_block(y[b]);
+      continue;
+    }
     const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
                                    _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
@@ -37,18 +52,25 @@ void quantize_q8_0_activations(const float* x, int64_t n, BlockQ8_0* y) {
   }
 }
 
-// As quantize_row_q8_K (bit-identical, inf and NaN included): amax = max |x| (a NaN is skipped
-// by both), vmax = the first element with |x| == amax, q = round_half_even(iscale * x) clamped
-// to [-128, 127] with a NaN product -> 127 (the clamp comes first here, in float: min_ps returns
-// its second operand for a NaN, and rounding commutes with clamping to integers; then cvtps2dq
-// in the default MXCSR mode), bsums by sum of absolute differences on q ^ 0x80 (= q + 128) minus
-// 16 * 128.
+// As quantize_row_q8_K (bit-identical, inf and NaN included): a block holding a NaN is
+// nan_block; else amax = max |x|, vmax = the first element with |x| == amax,
+// q = round_half_even(iscale * x) clamped to [-128, 127] with a NaN product (of an inf) -> 127 (the clamp comes first
+// here, in float: min_ps returns its second operand for a NaN, and rounding commutes with clamping to integers; then
+// cvtps2dq in the default MXCSR mode), bsums by sum of absolute differences on q ^ 0x80 (= q + 128) minus 16 * 128.
 void quantize_q8_K_activations(const float* x, int64_t n, BlockQ8_K* y) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const float* xb = x + b * kQK_K;
-    __m256 m = _mm256_setzero_ps();
-    for (int i = 0; i < kQK_K; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)), m);
+    __m256 m = _mm256_setzero_ps(), unordered = _mm256_setzero_ps();
+    for (int i = 0; i < kQK_K; i += 8) {
+      const __m256 v = _mm256_loadu_ps(xb + i);
+      m = _mm256_max_ps(_mm256_andnot_ps(sign, v), m);
+      unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(unordered) != 0) {
+      nan_block(y[b]);
+      continue;
+    }
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
