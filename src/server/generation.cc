@@ -123,7 +123,7 @@ void GenerationCall::stream_preamble() {
     } else if (plan_.echo) {
       const PromptPlan& prompt = plan_.prompts[i / static_cast<size_t>(plan_.n)];
       ResponseJson logprobs = nullptr;
-      if (plan_.logprobs >= 0) logprobs = completion_logprobs(tok_, prompt.token_ids, {}, &choices_[i].text_offset);
+      if (plan_.logprobs >= 0) logprobs = completion_logprobs(tok_, prompt.echo_pieces, {}, &choices_[i].text_offset);
       ex_->write(sse_event(completion_chunk(plan_, index, prompt.text, std::move(logprobs), {}, {})));
     }
   }

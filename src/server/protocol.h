@@ -55,6 +55,9 @@ struct PromptPlan {
   std::vector<int32_t> token_ids;  // non-empty, ids in [0, vocab_size)
   std::string text;                // for echo: the string prompt as given, or the decoded ids
                                    // (special tokens skipped)
+  // With echo and logprobs: each token's string in `text` (their concatenation is text wherever
+  // the ids spell it: Tokenizer::decode_text_pieces / decode_pieces), for the text_offsets.
+  std::vector<std::string> echo_pieces;
 };
 
 // A validated generation request, ready for the engine.
@@ -164,10 +167,11 @@ ResponseJson chat_chunk(const GenerationPlan& plan, int32_t index, ResponseJson 
 ResponseJson usage_chunk(const GenerationPlan& plan, const Usage& usage);
 
 // Legacy completions logprobs {tokens, token_logprobs, top_logprobs, text_offset}.
-// `echoed` prompt tokens come first with null token_logprobs and top_logprobs (we do not compute
-// prompt logprobs). text_offset: byte offset in the choice's text, starting at *offset and
-// advancing by each token's piece length (updated, for the next streamed chunk).
-ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
+// `echoed` prompt tokens (PromptPlan::echo_pieces) come first with null token_logprobs and
+// top_logprobs (we do not compute prompt logprobs). text_offset: byte offset in the choice's
+// text, starting at *offset and advancing by each token's string length (updated, for the next
+// streamed chunk).
+ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const std::string> echoed,
                                  std::span<const SampleResult> sampled, size_t* offset);
 // Chat logprobs content [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}].
 ResponseJson chat_logprobs_content(const Tokenizer& tokenizer, std::span<const SampleResult> sampled,

@@ -15,16 +15,17 @@ bool all_of_kind(const nlohmann::json& arr, bool (nlohmann::json::*pred)() const
   return true;
 }
 
-PromptPlan text_prompt(const std::string& text, const ModelInfo& model, bool add_special) {
+PromptPlan text_prompt(const std::string& text, const ModelInfo& model, bool add_special, bool echo_pieces) {
   const std::string_view parts[] = {text};
   check_prompt_bytes(parts, added_special_tokens(*model.tokenizer, add_special), model, "prompt");
   PromptPlan p;
   p.text = text;
   p.token_ids = model.tokenizer->encode(text, add_special, /*parse_special=*/true);
+  if (echo_pieces) p.echo_pieces = model.tokenizer->decode_text_pieces(p.token_ids, add_special);
   return p;
 }
 
-PromptPlan ids_prompt(const nlohmann::json& ids, const ModelInfo& model, const CommonParams& params) {
+PromptPlan ids_prompt(const nlohmann::json& ids, const ModelInfo& model, const CommonParams& params, bool echo_pieces) {
   // Too many ids is known from the count: refuse before looking at each.
   if (ids.is_array() && ids.size() >= static_cast<size_t>(model.max_model_len)) {
     checked_max_tokens(ids.size(), params, model, kDefaultMaxTokens, "prompt");
@@ -32,11 +33,14 @@ PromptPlan ids_prompt(const nlohmann::json& ids, const ModelInfo& model, const C
   PromptPlan p;
   p.token_ids = parse_token_ids(ids, model.tokenizer->vocab_size(), "prompt");
   p.text = model.tokenizer->decode(p.token_ids, /*skip_special=*/true);
+  if (echo_pieces) p.echo_pieces = model.tokenizer->decode_pieces(p.token_ids, /*skip_special=*/true);
   return p;
 }
 
-// prompt: string | [string] | [int] | [[int]]; each prompt becomes one PromptPlan.
-std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model, const CommonParams& params) {
+// prompt: string | [string] | [int] | [[int]]; each prompt becomes one PromptPlan (echo_pieces
+// filled when asked).
+std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model, const CommonParams& params,
+                                      bool echo_pieces) {
   const nlohmann::json* v = f.get("prompt");
   if (!v) throw bad_request("'prompt' is required", "prompt");
   const bool add_special = f.boolean("add_special_tokens").value_or(true);
@@ -44,13 +48,15 @@ std::vector<PromptPlan> parse_prompts(const Fields& f, const ModelInfo& model, c
   std::vector<PromptPlan> prompts;
   const bool array = v->is_array() && !v->empty();  // (an empty array is no prompt)
   if (v->is_string()) {
-    prompts.push_back(text_prompt(v->get<std::string>(), model, add_special));
+    prompts.push_back(text_prompt(v->get<std::string>(), model, add_special, echo_pieces));
   } else if (array && all_of_kind(*v, &nlohmann::json::is_string)) {
-    for (const nlohmann::json& s : *v) prompts.push_back(text_prompt(s.get<std::string>(), model, add_special));
+    for (const nlohmann::json& s : *v) {
+      prompts.push_back(text_prompt(s.get<std::string>(), model, add_special, echo_pieces));
+    }
   } else if (array && all_of_kind(*v, &nlohmann::json::is_number)) {
-    prompts.push_back(ids_prompt(*v, model, params));
+    prompts.push_back(ids_prompt(*v, model, params, echo_pieces));
   } else if (array && all_of_kind(*v, &nlohmann::json::is_array)) {
-    for (const nlohmann::json& ids : *v) prompts.push_back(ids_prompt(ids, model, params));
+    for (const nlohmann::json& ids : *v) prompts.push_back(ids_prompt(ids, model, params, echo_pieces));
   } else {
     wrong_type("prompt", kWhat, *v);
   }
@@ -80,12 +86,12 @@ GenerationPlan parse_completion_request(const nlohmann::json& body, const ModelI
   plan.model = model.served_model_name;
   plan.echo = f.boolean("echo").value_or(false);
   plan.logprobs = static_cast<int32_t>(f.integer("logprobs", 0, kMaxLogprobs).value_or(-1));
-  plan.prompts = parse_prompts(f, model, p);
+  plan.prompts = parse_prompts(f, model, p, plan.echo && plan.logprobs >= 0);
   fan_out(&plan, p, model, kDefaultMaxTokens, "prompt");
   return plan;
 }
 
-ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const int32_t> echoed,
+ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const std::string> echoed,
                                  std::span<const SampleResult> sampled, size_t* offset) {
   ResponseJson tokens = ResponseJson::array(), token_logprobs = ResponseJson::array();
   ResponseJson top = ResponseJson::array(), text_offset = ResponseJson::array();
@@ -95,8 +101,10 @@ ResponseJson completion_logprobs(const Tokenizer& tokenizer, std::span<const int
     *offset += piece.size();
     tokens.push_back(std::move(piece));
   };
-  for (int32_t id : echoed) {
-    add_token(id);
+  for (const std::string& piece : echoed) {
+    text_offset.push_back(*offset);
+    *offset += piece.size();
+    tokens.push_back(piece);
     token_logprobs.push_back(nullptr);
     top.push_back(nullptr);
   }
@@ -131,8 +139,8 @@ ResponseJson completion_response(const GenerationPlan& plan, const std::vector<C
     ResponseJson logprobs = nullptr;
     if (plan.logprobs >= 0) {
       size_t offset = 0;
-      std::span<const int32_t> echoed;
-      if (plan.echo) echoed = prompt.token_ids;
+      std::span<const std::string> echoed;
+      if (plan.echo) echoed = prompt.echo_pieces;
       logprobs = completion_logprobs(tokenizer, echoed, c.logprobs, &offset);
     }
     out.push_back({{"index", i},

@@ -159,55 +159,64 @@ std::string Tokenizer::token_to_piece(int32_t id) const {
   return "";  // undefined / unused
 }
 
-std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+std::vector<std::string> Tokenizer::decode_pieces(std::span<const int32_t> ids, bool skip_special) const {
   for (int32_t id : ids) check_id(id);
+  std::vector<std::string> pieces(ids.size());
+  size_t first = 0, last = ids.size();
   bool remove_space = add_space_prefix_;
-  if (skip_special && add_bos_ && !ids.empty() && ids.front() == bos_id_) {
+  if (skip_special && add_bos_ && last > first && ids[first] == bos_id_) {
     remove_space = false;
-    ids = ids.subspan(1);
+    ++first;
   }
-  if (skip_special && add_eos_ && !ids.empty() && ids.back() == eos_id_) ids = ids.first(ids.size() - 1);
-
-  std::string text;
-  for (int32_t id : ids) {
-    std::string piece = token_to_piece(id);
+  if (skip_special && add_eos_ && last > first && ids[last - 1] == eos_id_) --last;
+  for (size_t i = first; i < last; ++i) {
+    std::string piece = token_to_piece(ids[i]);
     // llama.cpp strips the dummy prefix from the first token only (even if its piece is empty).
     if (remove_space && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
     remove_space = false;
-    text += piece;
+    pieces[i] = std::move(piece);
   }
+  return pieces;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::string text;
+  for (const std::string& piece : decode_pieces(ids, skip_special)) text += piece;
   if (clean_spaces_) clean_up_spaces(&text);
   return text;
 }
 
-std::string Tokenizer::decode_text(std::span<const int32_t> ids, bool add_special) const {
+std::vector<std::string> Tokenizer::decode_text_pieces(std::span<const int32_t> ids, bool add_special) const {
   for (int32_t id : ids) check_id(id);
-  if (add_special && add_bos_ && !ids.empty() && ids.front() == bos_id_) ids = ids.subspan(1);
-  if (add_special && add_eos_ && !ids.empty() && ids.back() == eos_id_) ids = ids.first(ids.size() - 1);
+  std::vector<std::string> pieces(ids.size());
+  size_t first = 0, last = ids.size();
+  if (add_special && add_bos_ && last > first && ids[first] == bos_id_) ++first;
+  if (add_special && add_eos_ && last > first && ids[last - 1] == eos_id_) --last;
   constexpr uint32_t kSpecial = token_attr::kControl | token_attr::kUserDefined | token_attr::kUnknown;
   const bool dummy_prefix = spm_ != nullptr && add_space_prefix_;
-  std::string text;
   // encode gives each run of text between special tokens (and the first) a dummy-prefix space:
-  // once such a run is decoded, drop the space it starts with.
-  size_t run_start = 0;
-  bool in_run = false;
-  auto end_run = [&] {
-    if (in_run && dummy_prefix && run_start < text.size() && text[run_start] == ' ') text.erase(run_start, 1);
-    in_run = false;
-  };
-  for (int32_t id : ids) {
+  // the run's text loses the space it starts with (the first byte of its first non-empty piece).
+  bool run_has_text = false;
+  for (size_t i = first; i < last; ++i) {
+    const int32_t id = ids[i];
     if (vocab_->attr(id) & kSpecial) {
-      end_run();
-      text += vocab_->text(id);
+      pieces[i] = vocab_->text(id);
+      run_has_text = false;
       continue;
     }
-    if (!in_run) {
-      run_start = text.size();
-      in_run = true;
+    std::string piece = token_to_piece(id);
+    if (!run_has_text && !piece.empty()) {
+      run_has_text = true;
+      if (dummy_prefix && piece.front() == ' ') piece.erase(0, 1);
     }
-    text += token_to_piece(id);
+    pieces[i] = std::move(piece);
   }
-  end_run();
+  return pieces;
+}
+
+std::string Tokenizer::decode_text(std::span<const int32_t> ids, bool add_special) const {
+  std::string text;
+  for (const std::string& piece : decode_text_pieces(ids, add_special)) text += piece;
   return text;
 }
 

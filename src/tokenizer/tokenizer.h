@@ -82,6 +82,13 @@ class Tokenizer {
   // outside [0, vocab_size).
   std::string decode_text(std::span<const int32_t> ids, bool add_special) const;
 
+  // The same texts token by token: one string per id ("" for a dropped BOS / EOS), whose
+  // concatenation is decode_text(ids, add_special), or decode(ids, skip_special) before its gpt2
+  // space clean-up (which joins tokens). For the text_offset of echoed prompt tokens. Throw as
+  // decode.
+  std::vector<std::string> decode_text_pieces(std::span<const int32_t> ids, bool add_special) const;
+  std::vector<std::string> decode_pieces(std::span<const int32_t> ids, bool skip_special) const;
+
   // Raw bytes of one token, as llama_token_to_piece(special = false): byte tokens -> their
   // byte, control / unknown -> "", gpt2 tokens -> bytes through the GPT-2 alphabet.
   // Throws pagellm::Error on an out-of-range id.

@@ -610,6 +610,30 @@ TEST_F(ProtocolTest, CompletionResponseShape) {
   EXPECT_EQ(lp["text_offset"][0], 0);
   for (int i = 1; i < 7; ++i) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);   // BOS piece is ""
   EXPECT_EQ(lp["text_offset"][6].get<size_t>() - lp["text_offset"][5].get<size_t>(), 1u);  // "e"
+  // Each token's string stands at its text_offset in the text: the echoed prompt's SPM
+  // dummy-prefix space is not counted (it was counted, and every offset was one byte late).
+  auto tokens_at_offsets = [](const nlohmann::json& choice) {
+    const std::string text = choice["text"];
+    const nlohmann::json& l = choice["logprobs"];
+    for (size_t i = 0; i < l["tokens"].size(); ++i) {
+      const std::string token = l["tokens"][i];
+      const size_t at = l["text_offset"][i];
+      ASSERT_LE(at + token.size(), text.size()) << i;
+      EXPECT_EQ(text.substr(at, token.size()), token) << i << " in " << text;
+    }
+  };
+  tokens_at_offsets(j["choices"][0]);
+  EXPECT_EQ(lp["tokens"][1], "Once");
+  // Token-id prompts, with and without a BOS (decode keeps the space after a BOS, drops it
+  // from a first token).
+  for (const char* ids : {"[1, 403, 407]", "[403, 407]"}) {
+    GenerationPlan q = completion(std::string(R"({"prompt": )") + ids + R"(, "logprobs": 0, "echo": true})");
+    std::vector<ChoiceResult> one(1, choices[0]);
+    const nlohmann::json k = completion_response(q, one, *tok_);
+    SCOPED_TRACE(ids);
+    tokens_at_offsets(k["choices"][0]);
+    EXPECT_EQ(k["choices"][0]["logprobs"]["tokens"].size(), q.prompts[0].token_ids.size() + 2);
+  }
   EXPECT_EQ(j["usage"], (nlohmann::json{{"prompt_tokens", 5},
                                         {"completion_tokens", 4},
                                         {"total_tokens", 9},
