@@ -187,7 +187,15 @@ void tokenizer_metadata(const std::string& dir, const JsonFile& config, const Js
     tokens[id.get<size_t>()] = text;
     types[id.get<size_t>()] = token_type;
   };
-  for (const auto& [text, id] : vocab->items()) place(text, id, kNormal, "model.vocab");
+  for (const auto& [text, id] : vocab->items()) {
+    // Two texts for one id: the file is corrupt (which one would the id decode to?).
+    if (id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size &&
+        types[id.get<size_t>()] != kUnused) {
+      tok.fail("model.vocab", "id " + shown(id) + " is given to both '" + tokens[id.get<size_t>()].substr(0, 40) +
+                                  "' and '" + text.substr(0, 40) + "'");
+    }
+    place(text, id, kNormal, "model.vocab");
+  }
   if (const Json* added = tok.find("added_tokens")) {
     if (!added->is_array()) tok.fail("added_tokens", "must be a list");
     for (const Json& a : *added) {
@@ -204,17 +212,39 @@ void tokenizer_metadata(const std::string& dir, const JsonFile& config, const Js
     id_of.emplace(tokens[i], static_cast<int64_t>(i));
   }
 
+  // Every merge joins two tokens of model.vocab into a third, as the tokenizers library requires
+  // when it loads the file (MergeTokenOutOfVocabulary); a merge of other strings would never
+  // apply, and the text would be tokenized otherwise than transformers does, without a word.
+  auto in_vocab = [&](std::string_view s) { return vocab->contains(std::string(s)); };
+  auto joins = [&](std::string_view a, std::string_view b) {
+    return in_vocab(a) && in_vocab(b) && in_vocab(std::string(a) + std::string(b));
+  };
+  // "a b": the space that splits it into such a pair (as the BPE tokenizer reads it, bpe.cc).
+  auto string_merge_joins = [&](const std::string& s) {
+    for (size_t sp = s.size() > 1 ? s.find(' ', 1) : std::string::npos; sp != std::string::npos;
+         sp = s.find(' ', sp + 1)) {
+      if (joins(std::string_view(s).substr(0, sp), std::string_view(s).substr(sp + 1))) return true;
+    }
+    return false;
+  };
   std::vector<std::string> merges;
   if (const Json* ms = m.find("merges")) {
     if (!ms->is_array()) tok.fail("model.merges", "must be a list");
     merges.reserve(ms->size());
     for (const Json& x : *ms) {
+      bool ok = false;
       if (x.is_string()) {
         merges.push_back(x.get<std::string>());
+        ok = string_merge_joins(merges.back());
       } else if (x.is_array() && x.size() == 2 && x[0].is_string() && x[1].is_string()) {
         merges.push_back(x[0].get<std::string>() + " " + x[1].get<std::string>());  // tokenizers >= 0.20
+        ok = joins(x[0].get<std::string>(), x[1].get<std::string>());
       } else {
         tok.fail("model.merges", "entries must be \"a b\" or [\"a\", \"b\"], got " + shown(x));
+      }
+      if (!ok) {
+        tok.fail("model.merges", "entry " + std::to_string(merges.size() - 1) + " " + shown(x) +
+                                     " does not join two tokens of model.vocab into a third");
       }
     }
   }

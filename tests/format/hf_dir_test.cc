@@ -233,6 +233,51 @@ TEST_F(HfDirEdit, DeeplyNestedJsonIsRefusedNamingTheFile) {
   expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "nests deeper than 64 levels"});
 }
 
+// A tokenizer.json that the tokenizers library refuses to load is refused too, naming the field:
+// a merge whose parts or result are not tokens of model.vocab (in either form of a merge), and
+// two texts with one id. (They used to load, and tokenize every word to <unk>.)
+TEST_F(HfDirEdit, TokenizerMergesAndIdsMustMatchTheVocab) {
+  const json original = read("tokenizer.json");
+  json t = original;
+  json& merges = t["model"]["merges"];
+  ASSERT_TRUE(merges.size() > 10 && merges[0].is_string());
+  merges[3] = "qqq zzz";  // neither part is a token
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "model.merges", "entry 3", "qqq zzz"});
+  // The parts are tokens but their join is not.
+  t = original;
+  const std::string first = t["model"]["merges"][0];
+  const std::string a = first.substr(0, first.find(' ')), b = first.substr(first.find(' ') + 1);
+  t["model"]["vocab"].erase(a + b);
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "model.merges", "entry 0"});
+  // The list form, tokenizers >= 0.20: the same merges load; an unknown part is named.
+  t = original;
+  for (json& m : t["model"]["merges"]) {
+    const std::string s = m;
+    m = json::array({s.substr(0, s.find(' ')), s.substr(s.find(' ') + 1)});
+  }
+  write("tokenizer.json", t);
+  EXPECT_NO_THROW(open_model_file(dir()));
+  t["model"]["merges"][5][1] = "not-a-token";
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "model.merges", "entry 5", "not-a-token"});
+  // A vocab cut to its first 10 ids: the merges name tokens it no longer has.
+  t = original;
+  json small = json::object();
+  for (const auto& [text, id] : original["model"]["vocab"].items()) {
+    if (id.get<int64_t>() < 10) small[text] = id;
+  }
+  t["model"]["vocab"] = small;
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "model.merges", "entry 0"});
+  // Two texts with id 5.
+  t = original;
+  t["model"]["vocab"]["<a-second-5>"] = 5;
+  write("tokenizer.json", t);
+  expect_error([&] { open_model_file(dir()); }, {"tokenizer.json", "model.vocab", "id 5", "<a-second-5>"});
+}
+
 // Values of the wrong type read with a default, and numbers too big for an integer, are errors
 // naming the directory or file, never another exception or undefined behaviour.
 TEST_F(HfDirEdit, MistypedTokenizerFieldsAndHugeNumbersAreErrors) {
