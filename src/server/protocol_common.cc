@@ -212,7 +212,8 @@ int32_t checked_max_tokens(size_t prompt_len, const CommonParams& p, const Model
                           " tokens. However, you requested " + std::to_string(len + max_tokens) + " tokens (" +
                           std::to_string(len) + " in the " + prompt_param + ", " + std::to_string(max_tokens) +
                           " for the completion). Please reduce the length of the " + prompt_param + " or completion.",
-                      p.max_tokens ? "max_tokens" : prompt_param, "context_length_exceeded");
+                      // The prompt alone fills the context: it is what to shorten.
+                      p.max_tokens && len < ctx ? "max_tokens" : prompt_param, "context_length_exceeded");
   }
   return static_cast<int32_t>(max_tokens);
 }

@@ -288,6 +288,24 @@ TEST_F(ProtocolTest, ContextOverflowNamesCodeAndLengths) {
   }
   // 5 prompt tokens + 507 = 512 fits exactly.
   EXPECT_EQ(completion(R"({"prompt": "Once upon a time", "max_tokens": 507})").requests[0].max_tokens, 507);
+  // param names what to shorten: max_tokens when the prompt fits, the prompt when it alone fills
+  // the context (with or without max_tokens).
+  auto param_of = [&](const std::string& body) {
+    try {
+      completion(body);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.code().value_or(""), "context_length_exceeded") << body;
+      return e.param().value_or("");
+    }
+    ADD_FAILURE() << "accepted " << body;
+    return std::string();
+  };
+  std::string ids = "[1";
+  for (int i = 0; i < 600; ++i) ids += ", 403";
+  ids += "]";
+  EXPECT_EQ(param_of(R"({"prompt": "Once upon a time", "max_tokens": 510})"), "max_tokens");
+  EXPECT_EQ(param_of(R"({"prompt": )" + ids + R"(, "max_tokens": 4})"), "prompt");
+  EXPECT_EQ(param_of(R"({"prompt": )" + ids + "}"), "prompt");
 }
 
 TEST_F(ProtocolTest, MultiMegabytePromptIsRefusedBeforeTokenising) {
