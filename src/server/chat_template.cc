@@ -173,6 +173,14 @@ std::string_view chat_format_name(ChatFormat format) {
   return "";
 }
 
+std::string chat_template_summary(std::string_view t) {
+  const ChatFormat f = detect_chat_format(t);
+  if (f != ChatFormat::kFallback) return std::string(chat_format_name(f));
+  if (t.empty()) return "none in the model; chat requests use the fallback ChatML format";
+  return "the model's (" + std::to_string(t.size()) +
+         " bytes) is not one pagellm recognises; chat requests use the fallback ChatML format";
+}
+
 ChatFormat detect_chat_format(std::string_view t) {
   if (contains(t, "<|im_start|>")) return ChatFormat::kChatML;
   if (contains(t, "<|start_header_id|>")) return ChatFormat::kLlama3;

@@ -76,6 +76,9 @@ std::string_view chat_format_name(ChatFormat format);
 //   <|user|> with </s> or eos_token       -> kZephyr
 //   empty or anything else                -> kFallback
 ChatFormat detect_chat_format(std::string_view jinja_template);
+// For the start-up log: the format's name, or why chat requests get the fallback (no template, or
+// one of `n` bytes that detect_chat_format does not recognise and so is ignored).
+std::string chat_template_summary(std::string_view jinja_template);
 
 // Renders `messages` in `format`. add_generation_prompt appends the opening of the assistant's
 // turn (Llama 2 and Mistral have none: their prompt already ends with [/INST]). bos_text /

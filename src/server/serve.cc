@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "engine/in_process_client.h"
+#include "server/chat_template.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/routes.h"
@@ -238,6 +239,7 @@ int run_serve(const ServeOptions& o) {
                 " (--generation-config vllm serves the model with the OpenAI defaults instead)");
   }
   if (ro.model_generation_config) log("sampling defaults: " + describe(engine.model_facts().default_sampling));
+  log("chat template: " + chat_template_summary(engine.model_facts().chat_template));
   if (ec.max_step_ms > 0) {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%g", ec.max_step_ms);

@@ -90,6 +90,16 @@ TEST(ChatTemplateDetect, RealTemplates) {
   EXPECT_EQ(detect_chat_format("{{ messages[0]['content'] }}"), ChatFormat::kFallback);
 }
 
+// The start-up log says which format chat requests get, and when a template is ignored.
+TEST(ChatTemplateDetect, SummaryNamesTheFormatOrWhyTheFallback) {
+  EXPECT_EQ(chat_template_summary(kLlama3Src), "llama3");
+  EXPECT_NE(chat_template_summary("").find("none in the model"), std::string::npos);
+  const std::string odd = "{% for m in messages %}<<{{ m.content }}>>{% endfor %}";
+  const std::string s = chat_template_summary(odd);
+  EXPECT_NE(s.find(std::to_string(odd.size()) + " bytes) is not one pagellm recognises"), std::string::npos) << s;
+  EXPECT_NE(s.find("fallback ChatML"), std::string::npos) << s;
+}
+
 TEST(ChatTemplateDetect, FromVocabGguf) {
   // llama.cpp's ggml-vocab-phi-3.gguf carries microsoft/Phi-3-mini-4k-instruct's template.
   auto f = GgufFile::open(test::testdata("vocab/ggml-vocab-phi-3.gguf"));
