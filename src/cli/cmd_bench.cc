@@ -29,6 +29,7 @@ struct LatencyArgs {
   int32_t gen_tokens = 128;
   int threads = 0;
   int32_t block_size = EngineConfig{}.block_size;
+  std::string kv_dtype = "f32";
   int64_t probe_mib = 2048;
   std::vector<int64_t> batch;  // batched decode sizes
   bool json = false;
@@ -90,6 +91,7 @@ int run_latency(const LatencyArgs& a) {
   cfg.model_path = a.model.empty() ? default_model_path() : a.model;
   cfg.num_threads = a.threads;
   cfg.block_size = a.block_size;
+  cfg.kv_dtype = parse_kv_dtype(a.kv_dtype);
   LLM llm(cfg);
   const LlamaConfig& mc = llm.model().config();
   const int64_t ctx = mc.max_position_embeddings;
@@ -148,6 +150,7 @@ int run_latency(const LatencyArgs& a) {
   nlohmann::json j = {{"model", cfg.model_path},
                       {"threads", llm.pool().num_threads()},
                       {"kernels", isa},
+                      {"kv_dtype", a.kv_dtype},
                       {"model_bytes", llm.model().weight_bytes()},
                       {"decode_bytes_per_token", llm.model().decode_bytes_per_token()},
                       {"prompt_tokens", n_prompt},
@@ -162,8 +165,8 @@ int run_latency(const LatencyArgs& a) {
   if (a.json) {
     std::puts(j.dump().c_str());
   } else {
-    std::printf("model %s (%.1f MiB of weights), %d threads, %s kernels\n", cfg.model_path.c_str(),
-                model_bytes / 1048576.0, llm.pool().num_threads(), isa);
+    std::printf("model %s (%.1f MiB of weights), %d threads, %s kernels, %s KV cache\n", cfg.model_path.c_str(),
+                model_bytes / 1048576.0, llm.pool().num_threads(), isa, a.kv_dtype.c_str());
     std::printf("prompt processing: %lld tokens, %.1f tokens/s\n", static_cast<long long>(n_prompt),
                 t.prompt_tokens_per_s());
     std::printf("generation:        %lld tokens, %.2f tokens/s (%.2f GB/s of weights)\n",
@@ -198,6 +201,7 @@ Handler add_bench(CLI::App& app) {
   lat->add_option("-t,--threads", a->threads, "Worker threads (0 or unset: all cores)")->check(CLI::Range(0, 4096));
   lat->add_option("--block-size", a->block_size, "Tokens per KV block (a power of two in [1, 256])")
       ->capture_default_str();
+  lat->add_option("--kv-dtype", a->kv_dtype, "KV cache element type: f32 or f16")->capture_default_str();
   lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   lat->add_option("--batch", a->batch,

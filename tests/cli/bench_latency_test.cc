@@ -66,6 +66,19 @@ TEST(BenchLatencyCli, NamesTheKernelsTheEnvironmentLeaves) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["kernels"], "scalar");
 }
 
+// --kv-dtype as generate and serve take it (llama.cpp's llama-bench times an f16 KV cache).
+TEST(BenchLatencyCli, TimesTheKvDtypeAskedFor) {
+  const CliRun f16 = run_latency("--prompt-tokens 4 --gen-tokens 2 --kv-dtype f16 --json", "1");
+  ASSERT_EQ(f16.status, 0) << f16.err;
+  EXPECT_EQ(nlohmann::json::parse(f16.out)["kv_dtype"], "f16");
+  const CliRun f32 = run_latency("--prompt-tokens 4 --gen-tokens 2 --json", "1");
+  ASSERT_EQ(f32.status, 0) << f32.err;
+  EXPECT_EQ(nlohmann::json::parse(f32.out)["kv_dtype"], "f32");
+  const CliRun bad = run_latency("--prompt-tokens 4 --gen-tokens 2 --kv-dtype q8", "1");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--kv-dtype"), std::string::npos) << bad.err;
+}
+
 TEST(BenchLatencyCli, PromptGivesWayToGeneratedTokens) {
   // stories260K has a 512-token context: 512 + 16 do not fit, the prompt is shortened to 496.
   const CliRun r = run_latency("--prompt-tokens 512 --gen-tokens 16 --json");
