@@ -68,7 +68,8 @@ int run(int argc, char** argv) {
   };
   add("generate", "Generate text from a prompt", &add_generate);
   add("tokenize", "Print the token ids of a text as a JSON array", &add_tokenize);
-  add("info", "Print a model's metadata, tensors, sizes and KV bytes per token", &add_info);
+  add("info", "Print a model's metadata, tensors, sizes and KV bytes per token; exit 1 if generate would refuse it",
+      &add_info);
   add("make-model", "Write a random-weight GGUF of a named real shape (test and benchmark models)", &add_make_model);
   add("serve", "OpenAI-compatible HTTP server with continuous batching", &add_serve);
   add("bench", "Benchmarks: `bench latency` (single-stream speed, memory bandwidth), `bench serve` (serving load test)",

@@ -5,7 +5,9 @@
 #include <variant>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "engine/engine_config.h"
+#include "engine/llm.h"
 #include "format/hf_dir.h"
 #include "kv/kv_cache_layout.h"
 #include "model/llama_config.h"
@@ -83,8 +85,17 @@ int run_info(const std::string& path) {
   }
   std::printf("\nparameters: %lld\ntensor bytes: %llu (%.2f MiB)\n", static_cast<long long>(params),
               static_cast<unsigned long long>(bytes), bytes / 1048576.0);
-  if (f->find("general.architecture") && f->find_tensor("token_embd.weight")) {
-    const LlamaConfig c = LlamaConfig::from_gguf(*f);
+  // Loaded as generate and serve load it, but in place (nothing repacked or copied): the exit
+  // status says whether they would run the file, and the error names the key or tensor at fault.
+  LoadedModel loaded;
+  try {
+    loaded = load_model_and_tokenizer(*f, path, nullptr, kernels::Isa::kScalar);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (pagellm generate and serve refuse this file)");
+  }
+  {
+    const LlamaConfig& c = loaded.model->config();
+    const Tokenizer& tok = *loaded.tokenizer;
     const int64_t f32 = kv_bytes_per_token(c, GgmlType::F32);
     const int64_t f16 = kv_bytes_per_token(c, GgmlType::F16);
     EngineConfig generate_defaults;  // generate / bench: one context
@@ -110,7 +121,10 @@ int run_info(const std::string& path) {
                 static_cast<double>(f32 * context_blocks * generate_defaults.block_size) / 1048576.0);
     std::printf("default KV pool (f32, %d-token blocks): generate/bench %d blocks, serve %d blocks\n",
                 generate_defaults.block_size, plan_kv_cache(generate_defaults, c), plan_kv_cache(serve_defaults, c));
+    std::printf("tokenizer: %d tokens, bos id %d, eos id %d (-1: none)\n", tok.vocab_size(), tok.bos_id(),
+                tok.eos_id());
   }
+  std::printf("runs: yes (every tensor bound, the tokenizer loaded)\n");
   return 0;
 }
 

@@ -23,9 +23,10 @@ bool all_full_attention(const LlamaModel& m) {
 
 // The model of `file`; an error about a Hugging Face directory's GGUF view also gives the
 // config.json fields and safetensors tensors it names.
-std::unique_ptr<LlamaModel> load_model(const GgufFile& file, ThreadPool* pool) {
+std::unique_ptr<LlamaModel> load_model(const GgufFile& file, ThreadPool* pool,
+                                       kernels::Isa isa = kernels::default_isa()) {
   try {
-    return std::make_unique<LlamaModel>(file, pool);
+    return std::make_unique<LlamaModel>(file, pool, isa);
   } catch (const Error& e) {
     if (file.version() != 0) throw;
     throw Error(std::string(e.what()) + hf_names_in(e.what()));
@@ -33,6 +34,26 @@ std::unique_ptr<LlamaModel> load_model(const GgufFile& file, ThreadPool* pool) {
 }
 
 }  // namespace
+
+LoadedModel load_model_and_tokenizer(const GgufFile& file, const std::string& path, ThreadPool* pool,
+                                     kernels::Isa isa) {
+  LoadedModel m;
+  m.model = load_model(file, pool, isa);
+  try {
+    m.tokenizer = Tokenizer::from_gguf(file);
+  } catch (const Error& e) {
+    // GgufFile's own errors (a missing or mistyped key) name the file already; the tokenizer's
+    // checks do not.
+    const std::string what = e.what();
+    if (what.find("'" + path + "'") != std::string::npos) throw;
+    throw Error("model '" + path + "': " + what);
+  }
+  if (m.tokenizer->vocab_size() != m.model->config().vocab_size) {
+    throw Error("model '" + path + "': tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+                " tokens but token_embd has " + std::to_string(m.model->config().vocab_size) + " rows");
+  }
+  return m;
+}
 
 void LLM::load_draft(const LlamaModel& target, ThreadPool* pool) {
   const std::string& path = config_.speculative_model;
@@ -69,20 +90,9 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   auto pool =
       std::make_unique<ThreadPool>(config_.num_threads > 0 ? config_.num_threads : ThreadPool::default_num_threads());
   file_ = open_model_file(config_.model_path);
-  std::unique_ptr<LlamaModel> model = load_model(*file_, pool.get());
-  try {
-    tokenizer_ = Tokenizer::from_gguf(*file_);
-  } catch (const Error& e) {
-    // GgufFile's own errors (a missing or mistyped key) name the file already; the tokenizer's
-    // checks do not.
-    const std::string what = e.what();
-    if (what.find("'" + config_.model_path + "'") != std::string::npos) throw;
-    throw Error("model '" + config_.model_path + "': " + what);
-  }
-  if (tokenizer_->vocab_size() != model->config().vocab_size) {
-    throw Error("model '" + config_.model_path + "': tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
-                " tokens but token_embd has " + std::to_string(model->config().vocab_size) + " rows");
-  }
+  LoadedModel loaded = load_model_and_tokenizer(*file_, config_.model_path, pool.get());
+  std::unique_ptr<LlamaModel> model = std::move(loaded.model);
+  tokenizer_ = std::move(loaded.tokenizer);
   if (!config_.speculative_model.empty()) load_draft(*model, pool.get());
   const int32_t num_blocks = plan_kv_cache(config_, model->config(), draft_model_ ? &draft_model_->config() : nullptr);
   const KvCacheGeometry geometry{num_blocks, config_.block_size, config_.kv_dtype};

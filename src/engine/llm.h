@@ -50,6 +50,19 @@ struct GenerateResult {
   GenerateTimings timings;
 };
 
+// A model file's weights and tokenizer as LLM loads them, checked against each other.
+struct LoadedModel {
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+// Loads `file`, opened from `path` (the name its errors give). isa: the kernels' ISA;
+// kernels::Isa::kScalar binds every weight in place, nothing repacked or copied (how
+// `pagellm info` checks that a file would run). pool: repacks on its threads (may be null).
+// Throws pagellm::Error naming the file and the tensor, key or config.json field at fault, or
+// the tokenizer's and the embeddings' disagreeing vocabulary sizes.
+LoadedModel load_model_and_tokenizer(const GgufFile& file, const std::string& path, ThreadPool* pool,
+                                     kernels::Isa isa = kernels::default_isa());
+
 class LLM {
  public:
   // Validates `config`, loads the model (and the draft model of --speculative-model, which must

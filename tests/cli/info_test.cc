@@ -2,6 +2,8 @@
 // directory are summarised with their tensor types and file type named, and a model summary.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -9,6 +11,8 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 
 namespace pagellm {
@@ -54,6 +58,7 @@ TEST(Info, NamesEveryTensorTypeAndTheFileType) {
         EXPECT_TRUE(std::regex_match(std::string(m[1]), std::regex(R"([0-9]+ \((ALL|MOSTLY)_[A-Z0-9_]+\))"))) << m[1];
       }
       EXPECT_NE(out.find("\nmodel: "), std::string::npos) << out;
+      EXPECT_NE(out.find("\nruns: yes"), std::string::npos) << out;
     }
   }
   EXPECT_GE(files, 30);
@@ -75,6 +80,52 @@ TEST(Info, SummarisesAHuggingFaceDirectory) {
   EXPECT_NE(out.find("Hugging Face directory, shown as its GGUF conversion"), std::string::npos) << out;
   EXPECT_NE(out.find("\nmodel: llama,"), std::string::npos) << out;
   EXPECT_FALSE(tensor_types(out).empty()) << out;
+}
+
+// A copy of the stories260K model with metadata key / tensor `drop` left out and `set` applied,
+// written to a temporary file; returns its path.
+std::string edited_model(const std::string& tag, const std::string& drop, const std::string& set_key = "",
+                         const GgufValue& set_value = GgufValue::u32(0)) {
+  const auto src = GgufFile::open(test::source_dir() + "/models/stories260K-f32.gguf");
+  GgufWriter w;
+  for (const auto& [key, value] : src->metadata()) {
+    if (key != drop && key != "general.alignment" && key != set_key) w.set(key, value);
+  }
+  if (!set_key.empty()) w.set(set_key, set_value);
+  for (const GgufTensorInfo& t : src->tensors()) {
+    if (t.name != drop) w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+  }
+  std::string path =
+      (std::filesystem::temp_directory_path() / ("pagellm-info-" + tag + "-" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  w.write(path);
+  return path;
+}
+
+// The exit status says whether generate would run the file: one it refuses is still described
+// (metadata, tensors), then the error names the tensor or key, and info exits 1.
+TEST(Info, ExitsOneForAFileGenerateRefuses) {
+  const std::string missing = edited_model("missing", "blk.2.ffn_down.weight");
+  const auto [out, status] = run_command(std::string(PAGELLM_BINARY) + " info '" + missing + "' 2>&1");
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("\nmetadata ("), std::string::npos) << out;
+  EXPECT_NE(out.find("\n  blk.2.ffn_up.weight "), std::string::npos) << out;
+  EXPECT_EQ(out.find("\nruns: yes"), std::string::npos) << out;
+  EXPECT_NE(out.find("error: "), std::string::npos) << out;
+  EXPECT_NE(out.find("'blk.2.ffn_down.weight'"), std::string::npos) << out;
+  EXPECT_NE(out.find("(pagellm generate and serve refuse this file)"), std::string::npos) << out;
+  const auto [gen, gen_status] =
+      run_command(std::string(PAGELLM_BINARY) + " generate -m '" + missing + "' -p x -n 1 2>&1");
+  EXPECT_NE(gen_status, 0) << gen;
+  EXPECT_NE(gen.find("'blk.2.ffn_down.weight'"), std::string::npos) << gen;
+  std::filesystem::remove(missing);
+
+  // A vocabulary-only GGUF (no weights) is described, and is not a model.
+  const auto [vocab, vocab_status] = run_command(std::string(PAGELLM_BINARY) + " info '" +
+                                                 test::testdata("vocab/ggml-vocab-llama-spm.gguf") + "' 2>&1");
+  EXPECT_NE(vocab_status, 0) << vocab;
+  EXPECT_NE(vocab.find("tokenizer.ggml.tokens"), std::string::npos) << vocab;
+  EXPECT_NE(vocab.find("'token_embd.weight' is missing"), std::string::npos) << vocab;
 }
 
 }  // namespace
