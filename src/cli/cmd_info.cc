@@ -124,6 +124,7 @@ int run_info(const std::string& path) {
     std::printf("tokenizer: %d tokens, bos id %d, eos id %d (-1: none)\n", tok.vocab_size(), tok.bos_id(),
                 tok.eos_id());
   }
+  for (const std::string& w : loaded.tokenizer->load_warnings()) std::printf("warning: %s\n", w.c_str());
   std::printf("runs: yes (every tensor bound, the tokenizer loaded)\n");
   return 0;
 }

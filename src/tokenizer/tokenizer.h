@@ -116,6 +116,11 @@ class Tokenizer {
   size_t min_token_count(std::span<const std::string_view> parts) const;
 
   bool is_spm() const { return spm_ != nullptr; }
+  // What the loader read past as llama.cpp does, one sentence each: a special-token id key outside
+  // the vocabulary (ignored: the default id, or none, is used), token types outside the
+  // tokenizer.ggml.token_type enum (read as undefined). Empty for a clean file. `pagellm info`
+  // prints them; generate and serve log them.
+  const std::vector<std::string>& load_warnings() const { return load_warnings_; }
   const PreTokenizerSpec& pre_tokenizer_spec() const { return pre_spec_; }  // gpt2 only
 
  private:
@@ -147,6 +152,7 @@ class Tokenizer {
   std::unordered_set<int32_t> eog_ids_;
   size_t max_token_bytes_ = 1;
   std::array<bool, 256> byte_needs_token_{};  // see min_token_count
+  std::vector<std::string> load_warnings_;
 };
 
 }  // namespace pagellm

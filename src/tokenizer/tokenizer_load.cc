@@ -138,7 +138,19 @@ void Tokenizer::init(TokenizerConfig& c) {
   }
   std::vector<uint32_t> attrs(n, token_attr::kNormal);
   if (!c.token_types.empty()) {
-    for (size_t i = 0; i < n; ++i) attrs[i] = token_type_to_attr(c.token_types[i]);
+    size_t outside = 0, first = 0;
+    for (size_t i = 0; i < n; ++i) {
+      attrs[i] = token_type_to_attr(c.token_types[i]);
+      const int64_t t = c.token_types[i];
+      if (t < static_cast<int64_t>(TokenType::kUndefined) || t > static_cast<int64_t>(TokenType::kByte)) {
+        if (outside++ == 0) first = i;
+      }
+    }
+    if (outside > 0) {
+      load_warnings_.push_back("tokenizer.ggml.token_type: " + std::to_string(outside) + " of " + std::to_string(n) +
+                               " entries are outside the token types 0..6 (the first: token " + std::to_string(first) +
+                               ", type " + std::to_string(c.token_types[first]) + "); read as undefined");
+    }
   }
   vocab_ = std::make_unique<Vocab>(std::move(c.tokens), std::move(c.scores), std::move(attrs));
 
@@ -195,20 +207,31 @@ void Tokenizer::init_length_bound() {
 }
 
 // llama.cpp defaults: llama -> BOS 1, EOS 2, UNK 0; gpt2 -> BOS = EOS = 11 (GPT-2's historic
-// default), no UNK. A default outside the vocab is disabled; a key outside the vocab is ignored.
+// default), no UNK. A default outside the vocab is disabled; a key outside the vocab is ignored
+// (with a load warning, as llama.cpp warns).
 void Tokenizer::resolve_special_ids(const TokenizerConfig& c) {
   const int32_t n = vocab_->size();
-  auto resolve = [&](int32_t dflt, const std::optional<int64_t>& key) -> int32_t {
+  auto resolve = [&](int32_t dflt, const std::optional<int64_t>& key, const char* name) -> int32_t {
     int32_t id = dflt >= 0 && dflt < n ? dflt : -1;
-    if (key && *key >= 0 && *key < n) id = static_cast<int32_t>(*key);
+    if (key && *key >= 0 && *key < n) return static_cast<int32_t>(*key);
+    if (key) {
+      load_warnings_.push_back("tokenizer.ggml." + std::string(name) + " = " + std::to_string(*key) +
+                               " is outside the vocabulary of " + std::to_string(n) + " tokens; ignored (" +
+                               (id >= 0 ? "the default " + std::to_string(id) + " is used" : "none") + ")");
+    }
     return id;
   };
   const bool spm = c.model == "llama";
-  bos_id_ = resolve(spm ? 1 : 11, c.bos_id);
-  eos_id_ = resolve(spm ? 2 : 11, c.eos_id);
-  unk_id_ = resolve(spm ? 0 : -1, c.unk_id);
-  for (const auto& key : {c.eot_id, c.eom_id, c.fim_pad_id, c.fim_rep_id, c.fim_sep_id}) {
-    const int32_t id = resolve(-1, key);
+  bos_id_ = resolve(spm ? 1 : 11, c.bos_id, "bos_token_id");
+  eos_id_ = resolve(spm ? 2 : 11, c.eos_id, "eos_token_id");
+  unk_id_ = resolve(spm ? 0 : -1, c.unk_id, "unknown_token_id");
+  const std::pair<const std::optional<int64_t>&, const char*> eog_keys[] = {{c.eot_id, "eot_token_id"},
+                                                                            {c.eom_id, "eom_token_id"},
+                                                                            {c.fim_pad_id, "fim_pad_token_id"},
+                                                                            {c.fim_rep_id, "fim_rep_token_id"},
+                                                                            {c.fim_sep_id, "fim_sep_token_id"}};
+  for (const auto& [key, name] : eog_keys) {
+    const int32_t id = resolve(-1, key, name);
     if (id >= 0) eog_ids_.insert(id);
   }
   if (eos_id_ >= 0) eog_ids_.insert(eos_id_);

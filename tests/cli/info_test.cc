@@ -59,6 +59,7 @@ TEST(Info, NamesEveryTensorTypeAndTheFileType) {
       }
       EXPECT_NE(out.find("\nmodel: "), std::string::npos) << out;
       EXPECT_NE(out.find("\nruns: yes"), std::string::npos) << out;
+      EXPECT_EQ(out.find("\nwarning: "), std::string::npos) << out;
     }
   }
   EXPECT_GE(files, 30);
@@ -126,6 +127,22 @@ TEST(Info, ExitsOneForAFileGenerateRefuses) {
   EXPECT_NE(vocab_status, 0) << vocab;
   EXPECT_NE(vocab.find("tokenizer.ggml.tokens"), std::string::npos) << vocab;
   EXPECT_NE(vocab.find("'token_embd.weight' is missing"), std::string::npos) << vocab;
+}
+
+// What the loader reads past, as llama.cpp does, is printed by info and logged by generate.
+TEST(Info, PrintsTheTokenizersLoadWarnings) {
+  const std::string path = edited_model("bos", "", "tokenizer.ggml.bos_token_id", GgufValue::u32(70000));
+  const std::string warning =
+      "warning: tokenizer.ggml.bos_token_id = 70000 is outside the vocabulary of 512 tokens; ignored (the default 1 "
+      "is used)\n";
+  const auto [out, status] = run_command(std::string(PAGELLM_BINARY) + " info '" + path + "'");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("\n" + warning + "runs: yes"), std::string::npos) << out;
+  const auto [gen, gen_status] = run_command(std::string(PAGELLM_BINARY) + " generate -m '" + path +
+                                             "' -p Once -n 2 --temperature 0 2>&1 >/dev/null");
+  EXPECT_EQ(gen_status, 0) << gen;
+  EXPECT_EQ(gen.find(warning), 0u) << gen;
+  std::filesystem::remove(path);
 }
 
 }  // namespace

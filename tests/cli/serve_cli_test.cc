@@ -151,6 +151,30 @@ TEST(ServeCli, BadModelSamplingDefaultsAreRefusedUnlessIgnored) {
   std::filesystem::remove(path);
 }
 
+// What the tokenizer's loader reads past (here a BOS id outside the vocabulary, which llama.cpp
+// also ignores) is logged at start-up, and the model is served.
+TEST(ServeCli, LogsTheTokenizersLoadWarnings) {
+  const std::string path = temp_path("bad-bos.gguf");
+  {
+    auto src = pagellm::GgufFile::open(std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf");
+    pagellm::GgufWriter w;
+    for (const auto& [key, value] : src->metadata()) {
+      if (key != "general.alignment" && key != "tokenizer.ggml.bos_token_id") w.set(key, value);
+    }
+    w.set("tokenizer.ggml.bos_token_id", pagellm::GgufValue::u32(70000));
+    for (const pagellm::GgufTensorInfo& t : src->tensors()) {
+      w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+    }
+    w.write(path);
+  }
+  Child c({"serve", "-m", path, "--port", "0", "--threads", "1"});
+  EXPECT_TRUE(c.read_until("warning: tokenizer.ggml.bos_token_id = 70000 is outside the vocabulary", 30)) << c.err();
+  EXPECT_TRUE(c.read_until("serving model", 30)) << c.err();
+  kill(c.pid(), SIGTERM);
+  EXPECT_EQ(c.wait_exit(30), 0) << c.err();
+  std::filesystem::remove(path);
+}
+
 // serve's budget is auto by default; --target-itl-ms T serves with a step-time budget of 0.9 T;
 // it and --max-step-ms exclude each other, and a negative or non-numeric budget is refused naming
 // the flag.

@@ -76,6 +76,29 @@ TEST(TinyVocab, AddSpecialFollowsFlags) {
   EXPECT_EQ(tok->decode(Ids{kEot, kHello, kEot}), "hello");
 }
 
+// What llama.cpp reads past (an id key outside the vocabulary, an unknown token type) loads as
+// there, and is named in load_warnings(); a clean file has none.
+TEST(TinyVocab, LoadWarningsNameWhatWasReadPast) {
+  EXPECT_TRUE(Tokenizer::from_config(tiny_gpt2_config())->load_warnings().empty());
+  TokenizerConfig c = tiny_gpt2_config();
+  c.bos_id = 5000;
+  c.eot_id = -3;
+  c.token_types[7] = 9;
+  c.token_types[9] = -1;
+  auto tok = Tokenizer::from_config(c);
+  EXPECT_EQ(tok->bos_id(), 11);  // gpt2's default BOS, as llama.cpp
+  EXPECT_TRUE(tok->is_eog(kEot));
+  const std::vector<std::string>& w = tok->load_warnings();
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0],
+            "tokenizer.ggml.token_type: 2 of 262 entries are outside the token types 0..6 (the first: token 7, "
+            "type 9); read as undefined");
+  EXPECT_EQ(w[1],
+            "tokenizer.ggml.bos_token_id = 5000 is outside the vocabulary of 262 tokens; ignored (the default 11 is "
+            "used)");
+  EXPECT_EQ(w[2], "tokenizer.ggml.eot_token_id = -3 is outside the vocabulary of 262 tokens; ignored (none)");
+}
+
 TEST(TinyVocab, LoadErrorsNameTheValue) {
   TokenizerConfig c = tiny_gpt2_config();
   c.pre = "no-such-pre";
