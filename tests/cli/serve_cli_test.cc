@@ -92,6 +92,20 @@ std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "/serve_cli_" + std::to_string(getpid()) + "_" + name;
 }
 
+// The bundled model with metadata `key` set to `value`, written to `path`.
+void write_model_with(const std::string& path, const std::string& key, const pagellm::GgufValue& value) {
+  auto src = pagellm::GgufFile::open(std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf");
+  pagellm::GgufWriter w;
+  for (const auto& [k, v] : src->metadata()) {
+    if (k != "general.alignment" && k != key) w.set(k, v);
+  }
+  w.set(key, value);
+  for (const pagellm::GgufTensorInfo& t : src->tensors()) {
+    w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+  }
+  w.write(path);
+}
+
 TEST(ServeCli, FifoModelIsRefusedAtOnceNamingIt) {
   const std::string fifo = temp_path("model.gguf");
   std::filesystem::remove(fifo);
@@ -124,18 +138,7 @@ TEST(ServeCli, DirectoryModelIsRefusedNamingIt) {
 // --generation-config vllm it serves on the OpenAI defaults.
 TEST(ServeCli, BadModelSamplingDefaultsAreRefusedUnlessIgnored) {
   const std::string path = temp_path("bad-sampling.gguf");
-  {
-    auto src = pagellm::GgufFile::open(std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf");
-    pagellm::GgufWriter w;
-    for (const auto& [key, value] : src->metadata()) {
-      if (key != "general.alignment") w.set(key, value);
-    }
-    w.set("general.sampling.temp", pagellm::GgufValue::f32(-1.0f));
-    for (const pagellm::GgufTensorInfo& t : src->tensors()) {
-      w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
-    }
-    w.write(path);
-  }
+  write_model_with(path, "general.sampling.temp", pagellm::GgufValue::f32(-1.0f));
   {
     Child c({"serve", "-m", path, "--port", "0", "--threads", "1"});
     EXPECT_EQ(c.wait_exit(30), 1) << c.err();
@@ -155,18 +158,7 @@ TEST(ServeCli, BadModelSamplingDefaultsAreRefusedUnlessIgnored) {
 // also ignores) is logged at start-up, and the model is served.
 TEST(ServeCli, LogsTheTokenizersLoadWarnings) {
   const std::string path = temp_path("bad-bos.gguf");
-  {
-    auto src = pagellm::GgufFile::open(std::string(PAGELLM_SOURCE_DIR) + "/models/stories260K-f32.gguf");
-    pagellm::GgufWriter w;
-    for (const auto& [key, value] : src->metadata()) {
-      if (key != "general.alignment" && key != "tokenizer.ggml.bos_token_id") w.set(key, value);
-    }
-    w.set("tokenizer.ggml.bos_token_id", pagellm::GgufValue::u32(70000));
-    for (const pagellm::GgufTensorInfo& t : src->tensors()) {
-      w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
-    }
-    w.write(path);
-  }
+  write_model_with(path, "tokenizer.ggml.bos_token_id", pagellm::GgufValue::u32(70000));
   Child c({"serve", "-m", path, "--port", "0", "--threads", "1"});
   EXPECT_TRUE(c.read_until("warning: tokenizer.ggml.bos_token_id = 70000 is outside the vocabulary", 30)) << c.err();
   EXPECT_TRUE(c.read_until("serving model", 30)) << c.err();
