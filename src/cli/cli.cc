@@ -10,8 +10,21 @@
 #include "cli/commands.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "server/serve.h"
 
 namespace pagellm::cli {
+
+void add_kv_cache_memory_option(CLI::App& app, std::string& text, const std::string& default_text) {
+  app.add_option("--kv-cache-memory", text,
+                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: " + default_text);
+}
+
+void apply_kv_cache_memory(const std::string& text, EngineConfig& e) {
+  if (text.empty()) return;
+  const server::KvCacheMemory m = server::parse_kv_cache_memory(text);
+  e.kv_cache_bytes = m.bytes;
+  e.kv_cache_blocks = m.blocks;
+}
 
 void add_speculative_options(CLI::App& app, EngineConfig& e) {
   app.add_flag("--speculative-ngram", e.speculative_ngram,

@@ -30,6 +30,7 @@ struct LatencyArgs {
   int threads = 0;
   int32_t block_size = EngineConfig{}.block_size;
   std::string kv_dtype = "f32";
+  std::string kv_cache_memory;
   int64_t probe_mib = 2048;
   std::vector<int64_t> batch;  // batched decode sizes
   bool json = false;
@@ -92,9 +93,12 @@ int run_latency(const LatencyArgs& a) {
   cfg.num_threads = a.threads;
   cfg.block_size = a.block_size;
   cfg.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  apply_kv_cache_memory(a.kv_cache_memory, cfg);
   LLM llm(cfg);
+  for (const std::string& w : llm.tokenizer().load_warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  if (const std::string w = kv_cache_limit_warning(llm); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   const LlamaConfig& mc = llm.model().config();
-  const int64_t ctx = mc.max_position_embeddings;
+  const int64_t ctx = llm.max_model_len();  // the context, or the KV pool when smaller
   // Decode needs 2 generated tokens to time one step; the prompt gives way to them.
   if (a.gen_tokens < 2 || a.gen_tokens > ctx - 1) {
     throw Error("--gen-tokens must be in [2, " + std::to_string(ctx - 1) + "] for this model (context " +
@@ -108,15 +112,15 @@ int run_latency(const LatencyArgs& a) {
         stderr, "note: --prompt-tokens %lld + --gen-tokens %d exceed the context (%lld tokens): prompt of %lld\n",
         static_cast<long long>(a.prompt_tokens), n_gen, static_cast<long long>(ctx), static_cast<long long>(n_prompt));
   }
-  // Every batch size must fit the KV cache (one context's worth of blocks) for >= 2 steps.
+  // Every batch size must fit the KV cache for >= 2 steps.
   for (int64_t b : a.batch) {
     if (batch_steps(llm, b, n_gen) >= 2) continue;
     int64_t largest = 0;
     while (batch_steps(llm, largest + 1, n_gen) >= 2) ++largest;
     throw Error("--batch " + std::to_string(b) + ": " + std::to_string(b) + " sequences do not fit the KV cache (" +
                 std::to_string(llm.runner().num_blocks()) + " blocks of " +
-                std::to_string(llm.kv_manager().block_size()) + " tokens, one context's worth); at most " +
-                std::to_string(largest) + " here");
+                std::to_string(llm.kv_manager().block_size()) + " tokens); at most " + std::to_string(largest) +
+                " here");
   }
 
   // Deterministic random prompt over non-special tokens.
@@ -202,6 +206,7 @@ Handler add_bench(CLI::App& app) {
   lat->add_option("--block-size", a->block_size, "Tokens per KV block (a power of two in [1, 256])")
       ->capture_default_str();
   lat->add_option("--kv-dtype", a->kv_dtype, "KV cache element type: f32 or f16")->capture_default_str();
+  add_kv_cache_memory_option(*lat, a->kv_cache_memory, "one full context, at most 1 GiB");
   lat->add_option("--probe-mib", a->probe_mib, "Size of the bandwidth probe's buffer, MiB")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   lat->add_option("--batch", a->batch,

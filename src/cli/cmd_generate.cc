@@ -23,6 +23,7 @@ struct GenerateArgs {
   int threads = 0;
   int32_t block_size = EngineConfig{}.block_size;
   std::string kv_dtype = "f32";
+  std::string kv_cache_memory;
   bool ignore_eos = false;
   bool json = false;
   EngineConfig speculative;  // its speculative_* / ngram_* / num_speculative_tokens fields only
@@ -34,6 +35,7 @@ int run_generate(const GenerateArgs& a) {
   cfg.num_threads = a.threads;
   cfg.block_size = a.block_size;
   cfg.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  apply_kv_cache_memory(a.kv_cache_memory, cfg);
   cfg.speculative_ngram = a.speculative.speculative_ngram;
   cfg.speculative_self_layers = a.speculative.speculative_self_layers;
   cfg.speculative_model = a.speculative.speculative_model;
@@ -43,6 +45,7 @@ int run_generate(const GenerateArgs& a) {
   cfg.speculative_adaptive = a.speculative.speculative_adaptive;
   LLM llm(cfg);  // validates cfg
   for (const std::string& w : llm.tokenizer().load_warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  if (const std::string w = kv_cache_limit_warning(llm); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
 
   GenerateOptions opt;
   opt.max_tokens = a.max_tokens;
@@ -131,6 +134,7 @@ Handler add_generate(CLI::App& app) {
   app.add_option("--block-size", a->block_size, "Tokens per KV block (a power of two in [1, 256])")
       ->capture_default_str();
   app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type: f32 or f16");
+  add_kv_cache_memory_option(app, a->kv_cache_memory, "one full context, at most 1 GiB");
   app.add_flag("--ignore-eos", a->ignore_eos, "Keep generating after the end-of-sequence token");
   add_speculative_options(app, a->speculative);
   app.add_flag("--json", a->json, "Print one JSON object: prompt_token_ids, token_ids, text, timings");

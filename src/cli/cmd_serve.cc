@@ -27,9 +27,7 @@ Handler add_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--block-size", e.block_size, "Tokens per KV block (a power of two in [1, 256])")
       ->capture_default_str();
-  app.add_option("--kv-cache-memory", *kv_cache_memory,
-                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: 16 full contexts, "
-                 "at most 1 GiB");
+  add_kv_cache_memory_option(app, *kv_cache_memory, "16 full contexts, at most 1 GiB");
   app.add_option("--kv-dtype", *kv_dtype, "KV cache dtype: f32 or f16")->capture_default_str();
   auto max_step = std::make_shared<std::string>("auto");
   auto* max_step_opt =
@@ -117,11 +115,7 @@ Handler add_serve(CLI::App& app) {
       if (const char* key = std::getenv("PAGELLM_API_KEY")) o->api_key = key;
     }
     e.kv_dtype = parse_kv_dtype(*kv_dtype);
-    if (!kv_cache_memory->empty()) {
-      const server::KvCacheMemory m = server::parse_kv_cache_memory(*kv_cache_memory);
-      e.kv_cache_bytes = m.bytes;
-      e.kv_cache_blocks = m.blocks;
-    }
+    apply_kv_cache_memory(*kv_cache_memory, e);
     if (o->drain_timeout_seconds < 0) throw Error("--drain-timeout must be >= 0");
     return server::run_serve(*o);
   };

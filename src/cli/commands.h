@@ -23,6 +23,12 @@ Handler add_serve(CLI::App& app);
 // --no-speculative-adaptive (serve, generate, bench): speculative decoding settings of `e`.
 void add_speculative_options(CLI::App& app, EngineConfig& e);
 
+// --kv-cache-memory TEXT (serve, generate, bench): the KV pool's size, bytes or blocks
+// (server::parse_kv_cache_memory), into e's kv_cache_bytes / kv_cache_blocks; "" leaves the
+// default (plan_kv_cache). Throws pagellm::Error naming the flag.
+void add_kv_cache_memory_option(CLI::App& app, std::string& text, const std::string& default_text);
+void apply_kv_cache_memory(const std::string& text, EngineConfig& e);
+
 // The model used when -m is not given: models/stories260K-f32.gguf, looked up in the current
 // directory, then beside the binary (../models when the binary is build/pagellm).
 std::string default_model_path();

@@ -62,10 +62,7 @@ class AsyncEngine {
   const Tokenizer& tokenizer() const { return llm_->tokenizer(); }
   // Longest prompt + generation one request may have, tokens: the model's context length, or
   // the whole KV pool when that is smaller.
-  int64_t max_model_len() const {
-    const int64_t pool = int64_t{llm_->kv_cache().num_blocks()} * llm_->kv_cache().block_size();
-    return std::min<int64_t>(llm_->model().config().max_position_embeddings, pool);
-  }
+  int64_t max_model_len() const { return llm_->max_model_len(); }
 
  private:
   struct Impl;

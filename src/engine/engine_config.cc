@@ -91,8 +91,11 @@ int32_t plan_kv_cache(const EngineConfig& c, const LlamaConfig& model, const Lla
                   std::to_string(block_bytes) + " bytes");
     }
   } else {
-    blocks = c.kv_cache_default_contexts * context_blocks;
-    if (c.kv_cache_default_contexts > 1) blocks = std::min(blocks, kMaxDefaultKvCacheBytes / block_bytes);
+    blocks = std::min(c.kv_cache_default_contexts * context_blocks, kMaxDefaultKvCacheBytes / block_bytes);
+    if (blocks == 0) {
+      throw Error("one KV block of this model (" + std::to_string(block_bytes) +
+                  " bytes) is more than the default KV cache of 1 GiB; size it with --kv-cache-memory");
+    }
   }
   if (blocks > std::numeric_limits<int32_t>::max()) {
     throw Error("--kv-cache-memory: " + std::to_string(blocks) + " blocks is more than the " +

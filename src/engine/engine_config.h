@@ -21,7 +21,7 @@ struct EngineConfig {
   // plan_kv_cache (kv_cache_default_contexts full contexts).
   int64_t kv_cache_bytes = 0;
   int64_t kv_cache_blocks = 0;
-  int32_t kv_cache_default_contexts = 1;  // serve: 16 (capped at kMaxDefaultKvCacheBytes); else 1
+  int32_t kv_cache_default_contexts = 1;  // serve: 16; else 1 (either capped at kMaxDefaultKvCacheBytes)
   int64_t max_num_batched_tokens = 512;   // --max-num-batched-tokens: tokens per step (prefill chunk)
   int32_t max_num_seqs = 64;              // --max-num-seqs: requests running at once
   int32_t max_waiting = 1024;             // --max-waiting: waiting-queue bound (serve: 429 beyond)
@@ -75,13 +75,14 @@ struct EngineConfig {
 // "f32" -> F32, "f16" -> F16; throws pagellm::Error naming --kv-dtype for anything else.
 GgmlType parse_kv_dtype(const std::string& text);
 
-// A default KV pool of more than one context stops growing at 1 GiB (serve's default).
+// The default KV pool stops growing at 1 GiB: serve's 16 contexts, and the one context of
+// generate / bench when it is that large (Llama 3.1 8B's 131072 tokens take 32 GiB in f32).
 constexpr int64_t kMaxDefaultKvCacheBytes = int64_t{1} << 30;
 
 // The KV blocks of `model` with `config`'s settings (config validated first):
 //   kv_cache_blocks > 0: that many;  kv_cache_bytes > 0: as many whole blocks as fit;
-//   else: kv_cache_default_contexts full contexts (ceil(context / block_size) blocks each), and
-//   when that is more than one context, at most kMaxDefaultKvCacheBytes of blocks.
+//   else: kv_cache_default_contexts full contexts (ceil(context / block_size) blocks each), at
+//   most kMaxDefaultKvCacheBytes of blocks (then requests are limited to the pool's tokens).
 // Throws pagellm::Error when the budget holds no block or more than INT32_MAX blocks.
 // With a draft model (--speculative-model), every block also holds the draft's K/V: a byte budget
 // buys blocks of both models' bytes, `draft` adding its kv_bytes_per_token.

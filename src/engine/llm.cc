@@ -1,7 +1,10 @@
 #include "engine/llm.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <new>
 
 #include "core/error.h"
 #include "engine/engine_core.h"
@@ -96,10 +99,39 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   if (!config_.speculative_model.empty()) load_draft(*model, pool.get());
   const int32_t num_blocks = plan_kv_cache(config_, model->config(), draft_model_ ? &draft_model_->config() : nullptr);
   const KvCacheGeometry geometry{num_blocks, config_.block_size, config_.kv_dtype};
-  if (draft_model_) draft_runner_ = std::make_unique<ModelRunner>(*draft_model_, geometry);
-  runner_ = std::make_unique<ModelRunner>(std::move(pool), std::move(model), geometry);
+  const int64_t kv_bytes = int64_t{num_blocks} * config_.block_size *
+                           (kv_bytes_per_token(model->config(), config_.kv_dtype) +
+                            (draft_model_ ? kv_bytes_per_token(draft_model_->config(), config_.kv_dtype) : 0));
+  // The pool is zero-filled at once: one larger than the machine would be killed filling it.
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (memory > 0 && kv_bytes > memory) {
+    throw Error("the KV cache (" + std::to_string(num_blocks) + " blocks of " + std::to_string(config_.block_size) +
+                " tokens, " + std::to_string(kv_bytes >> 20) + " MiB) is more than this machine's memory (" +
+                std::to_string(memory >> 20) + " MiB); give a smaller one with --kv-cache-memory");
+  }
+  try {
+    if (draft_model_) draft_runner_ = std::make_unique<ModelRunner>(*draft_model_, geometry);
+    runner_ = std::make_unique<ModelRunner>(std::move(pool), std::move(model), geometry);
+  } catch (const std::bad_alloc&) {  // (the weights are mapped or allocated by now: this is the pool)
+    throw Error("cannot allocate the KV cache: " + std::to_string(num_blocks) + " blocks of " +
+                std::to_string(config_.block_size) + " tokens, " + std::to_string(kv_bytes >> 20) +
+                " MiB; give a smaller one with --kv-cache-memory (e.g. 1GiB) or use --kv-dtype f16");
+  }
   kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size, config_.enable_prefix_caching,
                                                  runner_->kv_cache().layout().group_sliding_window);
+}
+
+int64_t LLM::max_model_len() const {
+  const int64_t pool = int64_t{kv_cache().num_blocks()} * kv_cache().block_size();
+  return std::min<int64_t>(model().config().max_position_embeddings, pool);
+}
+
+std::string kv_cache_limit_warning(const LLM& llm) {
+  const int64_t context = llm.model().config().max_position_embeddings;
+  if (llm.max_model_len() >= context) return "";
+  return "warning: the KV cache holds " + std::to_string(llm.max_model_len()) + " tokens, less than the model's " +
+         "context of " + std::to_string(context) + ": requests are limited to " + std::to_string(llm.max_model_len()) +
+         " tokens (prompt + max_tokens); --kv-cache-memory sets its size";
 }
 
 GenerateResult LLM::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,

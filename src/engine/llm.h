@@ -63,6 +63,12 @@ struct LoadedModel {
 LoadedModel load_model_and_tokenizer(const GgufFile& file, const std::string& path, ThreadPool* pool,
                                      kernels::Isa isa = kernels::default_isa());
 
+class LLM;
+// "" when `llm`'s KV pool holds the model's whole context; else one line saying that requests are
+// limited to max_model_len() tokens and how to change it (serve logs it; generate and bench print
+// it to stderr).
+std::string kv_cache_limit_warning(const LLM& llm);
+
 class LLM {
  public:
   // Validates `config`, loads the model (and the draft model of --speculative-model, which must
@@ -71,6 +77,9 @@ class LLM {
   explicit LLM(const EngineConfig& config);
 
   const EngineConfig& config() const { return config_; }
+  // Longest prompt + generation of one request, tokens: the model's context, or the whole KV
+  // pool when that is smaller (a --kv-cache-memory budget, or the default's 1 GiB cap).
+  int64_t max_model_len() const;
   const GgufFile& file() const { return *file_; }
   const LlamaModel& model() const { return runner_->model(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }

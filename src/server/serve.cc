@@ -138,14 +138,7 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
   } else {
     log("speculative decoding: off");
   }
-  if (tokens < llm->model().config().max_position_embeddings) {
-    std::snprintf(line, sizeof line,
-                  "warning: the KV cache holds %lld tokens, less than the model's context of %lld: "
-                  "requests are limited to %lld tokens (prompt + max_tokens)",
-                  static_cast<long long>(tokens), static_cast<long long>(llm->model().config().max_position_embeddings),
-                  static_cast<long long>(tokens));
-    log(line);
-  }
+  if (const std::string w = kv_cache_limit_warning(*llm); !w.empty()) log(w);
   return llm;
 }
 

@@ -149,6 +149,39 @@ TEST(PlanKvCache, SizesFromTheModel) {
   EXPECT_THROW(plan_kv_cache(c, m), Error);  // validated first
 }
 
+// A default pool stops at 1 GiB even for one context (generate, bench): a 131072-token context
+// of Llama 3.1 8B is 32 GiB in f32. A budget given is taken as it is.
+TEST(PlanKvCache, TheDefaultStopsAtOneGibEvenForOneContext) {
+  auto file = GgufFile::open(kModel);
+  LlamaConfig m = LlamaConfig::from_gguf(*file);
+  m.max_position_embeddings = int64_t{1} << 22;  // 5 GiB of f32 K/V at 1280 bytes per token
+  EngineConfig c;
+  EXPECT_EQ(plan_kv_cache(c, m), (int64_t{1} << 30) / 20480);
+  c.kv_cache_default_contexts = 16;
+  EXPECT_EQ(plan_kv_cache(c, m), (int64_t{1} << 30) / 20480);
+  c.kv_cache_bytes = int64_t{2} << 30;
+  EXPECT_EQ(plan_kv_cache(c, m), (int64_t{2} << 30) / 20480);
+}
+
+// A pool larger than the machine's memory is refused at load, naming its size and the flag,
+// rather than killed while it is zero-filled.
+TEST(PlanKvCache, APoolLargerThanTheMachineIsRefused) {
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  ASSERT_GT(memory, 0);
+  EngineConfig c;
+  c.model_path = kModel;
+  c.num_threads = 1;
+  c.kv_cache_bytes = 2 * memory;
+  try {
+    LLM llm(c);
+    ADD_FAILURE() << "a KV cache of twice the memory was allocated";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("is more than this machine's memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("--kv-cache-memory"), std::string::npos) << what;
+  }
+}
+
 TEST(PlanKvCache, LlmUsesThePlan) {
   EngineConfig c;
   c.model_path = kModel;

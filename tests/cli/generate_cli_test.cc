@@ -1,0 +1,68 @@
+// `pagellm generate` and `bench latency` on the bundled model: the KV pool's size
+// (--kv-cache-memory), the warning when it holds less than the model's context, and the clear
+// error for a pool the machine cannot hold.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_util.h"
+
+namespace pagellm {
+namespace {
+
+using test::run_command;
+
+const std::string kGenerate = std::string(PAGELLM_BINARY) + " generate -m " + test::source_dir() +
+                              "/models/stories260K-f32.gguf -p 'Once upon a time' --temperature 0 --threads 1 ";
+
+// stories260K: context 512, 1280 bytes of f32 K/V per token.
+TEST(GenerateCli, ASmallerKvCacheLimitsTheRequestAndSaysSo) {
+  const auto [full, full_status] = run_command(kGenerate + "-n 4 2>&1");
+  EXPECT_EQ(full_status, 0) << full;
+  EXPECT_EQ(full.find("warning: the KV cache"), std::string::npos) << full;
+
+  // 4 blocks of 16 tokens: prompt + max_tokens are limited to 64, and stderr says so first.
+  const auto [small, small_status] = run_command(kGenerate + "-n 200 --ignore-eos --kv-cache-memory 4blocks 2>&1");
+  EXPECT_EQ(small_status, 0) << small;
+  EXPECT_EQ(small.find("warning: the KV cache holds 64 tokens, less than the model's context of 512: requests are "
+                       "limited to 64 tokens (prompt + max_tokens); --kv-cache-memory sets its size\n"),
+            0u)
+      << small;
+  EXPECT_NE(small.find("finish_reason=length"), std::string::npos) << small;
+  const auto [json, json_status] = run_command(kGenerate + "-n 200 --ignore-eos --kv-cache-memory 81920 --json");
+  EXPECT_EQ(json_status, 0) << json;
+  // 81920 bytes = 4 blocks: the prompt and the generated tokens fill the 64 tokens.
+  const nlohmann::json j = nlohmann::json::parse(json);
+  EXPECT_EQ(j["finish_reason"], "length");
+  EXPECT_EQ(j["prompt_token_ids"].size() + j["token_ids"].size(), 64u) << json;
+
+  const auto [bad, bad_status] = run_command(kGenerate + "-n 4 --kv-cache-memory lots 2>&1");
+  EXPECT_NE(bad_status, 0);
+  EXPECT_NE(bad.find("--kv-cache-memory: expected bytes"), std::string::npos) << bad;
+}
+
+TEST(GenerateCli, APoolLargerThanTheMachineIsAnErrorNamingTheFlag) {
+  const auto [out, status] = run_command(kGenerate + "-n 4 --kv-cache-memory 16TiB 2>&1");
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("error: the KV cache ("), std::string::npos) << out;
+  EXPECT_NE(out.find("is more than this machine's memory"), std::string::npos) << out;
+}
+
+// bench latency times requests that fit the pool it was given.
+TEST(GenerateCli, BenchLatencyFitsTheKvCacheItIsGiven) {
+  const std::string bench = std::string(PAGELLM_BINARY) + " bench latency -m " + test::source_dir() +
+                            "/models/stories260K-f32.gguf --threads 1 --probe-mib 1 --kv-cache-memory 8blocks ";
+  const auto [out, status] = run_command(bench + "--prompt-tokens 500 --gen-tokens 8 --json 2>&1");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("warning: the KV cache holds 128 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("prompt of 120"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"prompt_tokens\":120"), std::string::npos) << out;
+  const auto [big, big_status] = run_command(bench + "--gen-tokens 200 2>&1");
+  EXPECT_NE(big_status, 0);
+  EXPECT_NE(big.find("--gen-tokens must be in [2, 127]"), std::string::npos) << big;
+}
+
+}  // namespace
+}  // namespace pagellm
