@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/error.h"
@@ -57,12 +58,31 @@ LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool, kernels::Isa isa)
   output_ = c.tie_word_embeddings ? token_embd_ : bind(f, "output.weight", c.vocab_size, c.hidden_size);
   if (c.rope_freqs) {
     rope_freqs_ = bind_norm(f, "rope_freqs.weight", c.rope_dim / 2);
+    auto factor = [&](int64_t i) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", static_cast<double>(rope_freqs_[i]));
+      return std::string(b);
+    };
     // Each divides a RoPE angle (Llama 3.1's scaling factors, >= 1 as the converter writes them):
     // a zero, negative or non-finite one would give NaN logits at the first token.
     for (int64_t i = 0; i < c.rope_dim / 2; ++i) {
       if (!(std::isfinite(rope_freqs_[i]) && rope_freqs_[i] > 0.0f)) {
-        throw Error("model '" + f.path() + "': rope_freqs.weight[" + std::to_string(i) + "] is " +
-                    std::to_string(rope_freqs_[i]) + "; RoPE frequency factors must be finite and positive");
+        throw Error("model '" + f.path() + "': rope_freqs.weight[" + std::to_string(i) + "] is " + factor(i) +
+                    "; RoPE frequency factors must be finite and positive");
+      }
+    }
+    // ... and leave every angle finite up to the last position (the angle grows with it): a tiny
+    // factor (1e-38) divides one past FLT_MAX, whose cos and sin are NaN.
+    std::vector<float> cos_sin(static_cast<size_t>(c.rope_dim));
+    const int64_t last = c.max_position_embeddings - 1;
+    for (const float base : {c.rope_theta, c.rope_theta_swa}) {
+      if (base <= 0.0f) continue;  // no sliding-window base
+      kc::rope_cos_sin_scaled(c.rope_dim, last, base, rope_freqs_, cos_sin.data());
+      for (int64_t i = 0; i < c.rope_dim; ++i) {
+        if (!std::isfinite(cos_sin[i])) {
+          throw Error("model '" + f.path() + "': rope_freqs.weight[" + std::to_string(i / 2) + "] is " + factor(i / 2) +
+                      "; at position " + std::to_string(last) + " the RoPE angle it divides is not " + "finite");
+        }
       }
     }
   }

@@ -172,11 +172,12 @@ TEST(Architectures, RopeFreqsShapeIsChecked) {
 }
 
 // rope_freqs.weight values divide RoPE angles: zero, negative, NaN and inf factors are refused at
-// load (they gave NaN logits only at the first token).
+// load (they gave NaN logits only at the first token), and so are tiny ones that make an angle
+// overflow before the last position (1e-38: NaN logits after some tokens; a denormal: at once).
 TEST(Architectures, RopeFreqsValuesAreChecked) {
   const auto f = open_arch("llama3-s11-f32.gguf");
-  for (const float bad :
-       {0.0f, -2.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  for (const float bad : {0.0f, -2.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          1e-38f, std::numeric_limits<float>::denorm_min()}) {
     SCOPED_TRACE(bad);
     GgufWriter w;
     for (const auto& [key, value] : f->metadata()) w.set(key, value);
