@@ -97,9 +97,11 @@ int run(int argc, char** argv) {
       if (sub->parsed()) return handler();
     }
   } catch (const Error& e) {
+    std::fflush(stdout);  // what was printed comes first, whole, when both go to one file (info)
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }

@@ -115,6 +115,10 @@ TEST(Info, ExitsOneForAFileGenerateRefuses) {
   EXPECT_NE(out.find("error: "), std::string::npos) << out;
   EXPECT_NE(out.find("'blk.2.ffn_down.weight'"), std::string::npos) << out;
   EXPECT_NE(out.find("(pagellm generate and serve refuse this file)"), std::string::npos) << out;
+  // The description comes whole, then the error on its own line (stdout is flushed first).
+  EXPECT_NE(out.find("\ntensor bytes: "), std::string::npos) << out;
+  EXPECT_LT(out.find("\ntensor bytes: "), out.find("error: ")) << out;
+  EXPECT_EQ(out[out.find("error: ") - 1], '\n') << out;
   const auto [gen, gen_status] =
       run_command(std::string(PAGELLM_BINARY) + " generate -m '" + missing + "' -p x -n 1 2>&1");
   EXPECT_NE(gen_status, 0) << gen;
