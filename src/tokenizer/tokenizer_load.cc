@@ -136,6 +136,14 @@ void Tokenizer::init(TokenizerConfig& c) {
     throw Error("tokenizer.ggml.token_type has " + std::to_string(c.token_types.size()) + " entries for " +
                 std::to_string(n) + " tokens");
   }
+  for (const auto& [name, size] : {std::pair<const char*, size_t>{"scores", c.scores.size()},
+                                   std::pair<const char*, size_t>{"token_type", c.token_types.size()}}) {
+    if (size > n) {
+      load_warnings_.push_back("tokenizer.ggml." + std::string(name) + " has " + std::to_string(size) +
+                               " entries for " + std::to_string(n) + " tokens; the last " + std::to_string(size - n) +
+                               " are ignored");
+    }
+  }
   std::vector<uint32_t> attrs(n, token_attr::kNormal);
   if (!c.token_types.empty()) {
     size_t outside = 0, first = 0;

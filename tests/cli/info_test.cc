@@ -133,7 +133,8 @@ TEST(Info, ExitsOneForAFileGenerateRefuses) {
   EXPECT_NE(vocab.find("'token_embd.weight' is missing"), std::string::npos) << vocab;
 }
 
-// What the loader reads past, as llama.cpp does, is printed by info and logged by generate.
+// What the loader reads past, as llama.cpp does, is printed by info, and on stderr by generate
+// and tokenize.
 TEST(Info, PrintsTheTokenizersLoadWarnings) {
   const std::string path = edited_model("bos", "", "tokenizer.ggml.bos_token_id", GgufValue::u32(70000));
   const std::string warning =
@@ -146,6 +147,10 @@ TEST(Info, PrintsTheTokenizersLoadWarnings) {
                                              "' -p Once -n 2 --temperature 0 2>&1 >/dev/null");
   EXPECT_EQ(gen_status, 0) << gen;
   EXPECT_EQ(gen.find(warning), 0u) << gen;
+  const auto [tok, tok_status] =
+      run_command(std::string(PAGELLM_BINARY) + " tokenize -m '" + path + "' Once 2>&1 >/dev/null");
+  EXPECT_EQ(tok_status, 0) << tok;
+  EXPECT_EQ(tok, warning);
   std::filesystem::remove(path);
 }
 

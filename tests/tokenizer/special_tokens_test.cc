@@ -97,6 +97,15 @@ TEST(TinyVocab, LoadWarningsNameWhatWasReadPast) {
             "tokenizer.ggml.bos_token_id = 5000 is outside the vocabulary of 262 tokens; ignored (the default 11 is "
             "used)");
   EXPECT_EQ(w[2], "tokenizer.ggml.eot_token_id = -3 is outside the vocabulary of 262 tokens; ignored (none)");
+
+  // Entries past the token list are read past too (a shorter list is an error).
+  c = tiny_gpt2_config();
+  c.token_types.resize(c.tokens.size() + 3, 99);
+  c.scores.assign(c.tokens.size() + 1, 0.0f);
+  const std::vector<std::string> extra = Tokenizer::from_config(c)->load_warnings();
+  ASSERT_EQ(extra.size(), 2u);
+  EXPECT_EQ(extra[0], "tokenizer.ggml.scores has 263 entries for 262 tokens; the last 1 are ignored");
+  EXPECT_EQ(extra[1], "tokenizer.ggml.token_type has 265 entries for 262 tokens; the last 3 are ignored");
 }
 
 TEST(TinyVocab, LoadErrorsNameTheValue) {
