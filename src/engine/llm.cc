@@ -68,16 +68,29 @@ void LLM::load_draft(const LlamaModel& target, ThreadPool* pool) {
   } catch (const Error& e) {
     throw Error("--speculative-model '" + path + "': " + e.what());
   }
-  // Drafts are token ids: both models must give every id the same text.
+  for (const std::string& w : draft_tokenizer->load_warnings()) load_warnings_.push_back("--speculative-model: " + w);
+  // Drafts are token ids: both models must give every id the same text. (What the draft's
+  // loader read past, e.g. an unknown token type, may be why; the error says it.)
+  std::string read_past;
+  for (const std::string& w : draft_tokenizer->load_warnings()) read_past += "; the draft's " + w;
   const int32_t vocab = tokenizer_->vocab_size();
-  bool same = draft_tokenizer->vocab_size() == vocab && draft_model_->config().vocab_size == vocab;
-  for (int32_t id = 0; same && id < vocab; ++id) {
-    same = draft_tokenizer->token_to_piece(id) == tokenizer_->token_to_piece(id);
-  }
-  if (!same) {
+  if (draft_tokenizer->vocab_size() != vocab || draft_model_->config().vocab_size != vocab) {
     throw Error("--speculative-model '" + path + "': its vocabulary differs from the model's (" +
-                std::to_string(draft_tokenizer->vocab_size()) + " vs " + std::to_string(vocab) +
-                " tokens, or different token texts); a draft must share the tokenizer");
+                std::to_string(draft_tokenizer->vocab_size()) + " tokens and " +
+                std::to_string(draft_model_->config().vocab_size) + " embedding rows, the model " +
+                std::to_string(vocab) + "); a draft must share the tokenizer" + read_past);
+  }
+  for (int32_t id = 0; id < vocab; ++id) {
+    const std::string mine = tokenizer_->token_to_piece(id), draft = draft_tokenizer->token_to_piece(id);
+    if (mine == draft) continue;
+    std::string msg = "--speculative-model '" + path + "': its vocabulary differs from the model's at token ";
+    msg += std::to_string(id) + " (text '";
+    msg += draft_tokenizer->token_text(id);
+    msg += "' gives '" + draft + "', the model's '";
+    msg += tokenizer_->token_text(id);
+    msg += "' gives '" + mine + "'); a draft must share the tokenizer";
+    msg += read_past;
+    throw Error(msg);
   }
   // The draft's K/V share the target's block tables: one KV cache group, never released by a
   // sliding window, in both models.
@@ -96,6 +109,7 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   LoadedModel loaded = load_model_and_tokenizer(*file_, config_.model_path, pool.get());
   std::unique_ptr<LlamaModel> model = std::move(loaded.model);
   tokenizer_ = std::move(loaded.tokenizer);
+  load_warnings_ = tokenizer_->load_warnings();
   if (!config_.speculative_model.empty()) load_draft(*model, pool.get());
   const int32_t num_blocks = plan_kv_cache(config_, model->config(), draft_model_ ? &draft_model_->config() : nullptr);
   const KvCacheGeometry geometry{num_blocks, config_.block_size, config_.kv_dtype};

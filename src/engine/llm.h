@@ -80,6 +80,9 @@ class LLM {
   // Longest prompt + generation of one request, tokens: the model's context, or the whole KV
   // pool when that is smaller (a --kv-cache-memory budget, or the default's 1 GiB cap).
   int64_t max_model_len() const;
+  // What the tokenizers' loaders read past (Tokenizer::load_warnings): the model's, then the
+  // draft's, each of those prefixed "--speculative-model: ". Commands print or log them.
+  const std::vector<std::string>& load_warnings() const { return load_warnings_; }
   const GgufFile& file() const { return *file_; }
   const LlamaModel& model() const { return runner_->model(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -105,6 +108,7 @@ class LLM {
   EngineConfig config_;
   std::unique_ptr<GgufFile> file_;  // before runner_: the weights are read from its mapping
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::string> load_warnings_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_manager_;
   std::unique_ptr<GgufFile> draft_file_;  // --speculative-model, before the model built on it

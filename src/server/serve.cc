@@ -139,6 +139,7 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
     log("speculative decoding: off");
   }
   if (const std::string w = kv_cache_limit_warning(*llm); !w.empty()) log(w);
+  for (const std::string& w : llm->load_warnings()) log("warning: " + w);
   return llm;
 }
 
@@ -233,7 +234,6 @@ int run_serve(const ServeOptions& o) {
   }
   if (ro.model_generation_config) log("sampling defaults: " + describe(engine.model_facts().default_sampling));
   log("chat template: " + chat_template_summary(engine.model_facts().chat_template));
-  for (const std::string& w : engine.tokenizer().load_warnings()) log("warning: " + w);
   if (ec.max_step_ms > 0) {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%g", ec.max_step_ms);

@@ -3,12 +3,17 @@
 // bit), with prefix caching, preemption and n > 1; and drafts are really proposed, accepted and
 // rejected along the way (the counters say so).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
+#include <variant>
 
 #include "engine/engine_core.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "test_util.h"
 
 namespace pagellm {
@@ -316,6 +321,54 @@ TEST(SpecDecodeEngine, QuantizedDraftModelKeepsEveryOutput) {
   expect_same(run(*spec, greedy, false, &core, SchedulerLimits{8, 12}), run(*plain, greedy, false));
   expect_speculated(*core);
   expect_idle_pool(*spec);
+}
+
+// The bundled model with token 100's type (a byte token, <0x61>) set to `type`, or its BOS id
+// key set outside the vocabulary, written to `path`.
+void write_edited_draft(const std::string& path, int32_t type, bool bad_bos) {
+  const auto src = GgufFile::open(test::source_dir() + "/models/stories260K-f32.gguf");
+  GgufWriter w;
+  for (const auto& [key, value] : src->metadata()) {
+    if (key == "general.alignment") continue;
+    if (key == "tokenizer.ggml.token_type") {
+      GgufValue v = value;
+      std::get<GgufArray>(v.v).items[100] = GgufValue::i32(type);
+      w.set(key, v);
+    } else if (key == "tokenizer.ggml.bos_token_id" && bad_bos) {
+      w.set(key, GgufValue::u32(70000));
+    } else {
+      w.set(key, value);
+    }
+  }
+  for (const GgufTensorInfo& t : src->tensors()) {
+    w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+  }
+  w.write(path);
+}
+
+// A draft whose tokenizer differs at one token is refused naming it, with what the draft's loader
+// read past (the cause here); a draft's load warnings are the LLM's, marked as the draft's.
+TEST(SpecDecodeEngine, DraftVocabularyErrorsNameTheToken) {
+  const std::string path = ::testing::TempDir() + "/spec-draft-" + std::to_string(::getpid()) + ".gguf";
+  write_edited_draft(path, 7, false);
+  try {
+    load_with_draft(path);
+    ADD_FAILURE() << "a draft whose token 100 decodes differently loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("its vocabulary differs from the model's at token 100 (text '<0x61>' gives '', the "
+                        "model's '<0x61>' gives 'a')"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("; the draft's tokenizer.ggml.token_type: 1 of 512 entries are outside"), std::string::npos)
+        << what;
+  }
+  write_edited_draft(path, 6, true);  // token 100 as it was; BOS key outside the vocabulary
+  const std::unique_ptr<LLM> llm = load_with_draft(path);
+  ASSERT_EQ(llm->load_warnings().size(), 1u);
+  EXPECT_EQ(llm->load_warnings()[0].rfind("--speculative-model: tokenizer.ggml.bos_token_id = 70000 is outside", 0), 0u)
+      << llm->load_warnings()[0];
+  std::filesystem::remove(path);
 }
 
 TEST(SpecDecodeEngine, DraftModelIsCheckedAtLoad) {
