@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine_config.h"
+#include "engine/generation_defaults.h"
 #include "engine/llm.h"
 #include "format/hf_dir.h"
 #include "kv/kv_cache_layout.h"
@@ -124,7 +125,13 @@ int run_info(const std::string& path) {
     std::printf("tokenizer: %d tokens, bos id %d, eos id %d (-1: none)\n", tok.vocab_size(), tok.bos_id(),
                 tok.eos_id());
   }
-  for (const std::string& w : loaded.tokenizer->load_warnings()) std::printf("warning: %s\n", w.c_str());
+  for (const std::string& w : loaded.warnings) std::printf("warning: %s\n", w.c_str());
+  try {  // serve's sampling defaults (general.sampling.*); generate does not read them
+    (void)generation_defaults(*f);
+  } catch (const Error& e) {
+    std::printf("warning: %s (serve refuses this with --generation-config auto, its default; vllm ignores it)\n",
+                e.what());
+  }
   std::printf("runs: yes (every tensor bound, the tokenizer loaded)\n");
   return 0;
 }

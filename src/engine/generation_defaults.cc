@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -16,8 +17,12 @@ float number(const GgufFile& f, const std::string& key, float dflt, float lo, fl
   if (f.find(key) == nullptr) return dflt;
   const float x = f.get_f32(key);
   if (!std::isfinite(x) || x < lo || (open_lo && x == lo) || x > hi) {
-    throw Error("'" + f.path() + "': " + key + " = " + std::to_string(x) + " is outside " + (open_lo ? "(" : "[") +
-                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    char range[96];  // %g: "[0, 3.40282e+38]", not 39 digits of FLT_MAX
+    std::snprintf(range, sizeof range, "%s%g, %g]", open_lo ? "(" : "[", static_cast<double>(lo),
+                  static_cast<double>(hi));
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", static_cast<double>(x));
+    throw Error("'" + f.path() + "': " + key + " = " + value + " is outside " + range);
   }
   return x;
 }

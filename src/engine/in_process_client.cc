@@ -15,7 +15,7 @@ InProcessEngineClient::InProcessEngineClient(std::unique_ptr<LLM> llm) : engine_
                           .value_or(path.extension() == ".gguf" ? path.stem().string() : path.filename().string());
   facts_.vocab_size = m.tokenizer().vocab_size();
   facts_.max_model_len = engine_.max_model_len();
-  facts_.chat_template = m.file().get_string_opt("tokenizer.chat_template").value_or("");
+  facts_.chat_template = m.chat_template();
   facts_.speculative = m.config().speculative();
   try {
     facts_.default_sampling = generation_defaults(m.file());

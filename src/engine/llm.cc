@@ -55,6 +55,13 @@ LoadedModel load_model_and_tokenizer(const GgufFile& file, const std::string& pa
     throw Error("model '" + path + "': tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
                 " tokens but token_embd has " + std::to_string(m.model->config().vocab_size) + " rows");
   }
+  m.warnings = m.tokenizer->load_warnings();
+  if (const GgufValue* t = file.find("tokenizer.chat_template"); t != nullptr && t->type != GgufValueType::STRING) {
+    m.warnings.push_back(std::string("tokenizer.chat_template is a ") + gguf_type_name(t->type) +
+                         ", not a string; ignored (chat requests get the fallback ChatML template)");
+  } else {
+    m.chat_template = file.get_string_opt("tokenizer.chat_template").value_or("");
+  }
   return m;
 }
 
@@ -109,7 +116,8 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   LoadedModel loaded = load_model_and_tokenizer(*file_, config_.model_path, pool.get());
   std::unique_ptr<LlamaModel> model = std::move(loaded.model);
   tokenizer_ = std::move(loaded.tokenizer);
-  load_warnings_ = tokenizer_->load_warnings();
+  load_warnings_ = std::move(loaded.warnings);
+  chat_template_ = std::move(loaded.chat_template);
   if (!config_.speculative_model.empty()) load_draft(*model, pool.get());
   const int32_t num_blocks = plan_kv_cache(config_, model->config(), draft_model_ ? &draft_model_->config() : nullptr);
   const KvCacheGeometry geometry{num_blocks, config_.block_size, config_.kv_dtype};

@@ -54,6 +54,12 @@ struct GenerateResult {
 struct LoadedModel {
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  // tokenizer.chat_template (Jinja source); "" when absent, or when not a string (then ignored,
+  // with a warning: chat requests get the fallback template, the rest of the API works).
+  std::string chat_template;
+  // What loading read past, one sentence each: the tokenizer's load_warnings(), then the chat
+  // template's.
+  std::vector<std::string> warnings;
 };
 // Loads `file`, opened from `path` (the name its errors give). isa: the kernels' ISA;
 // kernels::Isa::kScalar binds every weight in place, nothing repacked or copied (how
@@ -80,9 +86,10 @@ class LLM {
   // Longest prompt + generation of one request, tokens: the model's context, or the whole KV
   // pool when that is smaller (a --kv-cache-memory budget, or the default's 1 GiB cap).
   int64_t max_model_len() const;
-  // What the tokenizers' loaders read past (Tokenizer::load_warnings): the model's, then the
-  // draft's, each of those prefixed "--speculative-model: ". Commands print or log them.
+  // What loading read past (LoadedModel::warnings): the model's, then the draft tokenizer's, each
+  // of those prefixed "--speculative-model: ". Commands print or log them.
   const std::vector<std::string>& load_warnings() const { return load_warnings_; }
+  const std::string& chat_template() const { return chat_template_; }  // LoadedModel::chat_template
   const GgufFile& file() const { return *file_; }
   const LlamaModel& model() const { return runner_->model(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -109,6 +116,7 @@ class LLM {
   std::unique_ptr<GgufFile> file_;  // before runner_: the weights are read from its mapping
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::string> load_warnings_;
+  std::string chat_template_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_manager_;
   std::unique_ptr<GgufFile> draft_file_;  // --speculative-model, before the model built on it

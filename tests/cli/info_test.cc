@@ -154,5 +154,27 @@ TEST(Info, PrintsTheTokenizersLoadWarnings) {
   std::filesystem::remove(path);
 }
 
+// A chat template that is not a string is ignored with a warning (serve then uses the fallback
+// template for chat requests); bad sampling defaults, which only serve reads, are named with what
+// serve does about them. Both files run.
+TEST(Info, WarnsOfWhatServeIgnoresOrRefuses) {
+  const std::string chat = edited_model("chat", "", "tokenizer.chat_template", GgufValue::u32(5));
+  const auto [out, status] = run_command(std::string(PAGELLM_BINARY) + " info '" + chat + "'");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("\nwarning: tokenizer.chat_template is a uint32, not a string; ignored (chat requests get the "
+                     "fallback ChatML template)\nruns: yes"),
+            std::string::npos)
+      << out;
+  std::filesystem::remove(chat);
+  const std::string temp = edited_model("temp", "", "general.sampling.temp", GgufValue::f32(-1.0f));
+  const auto [t_out, t_status] = run_command(std::string(PAGELLM_BINARY) + " info '" + temp + "'");
+  EXPECT_EQ(t_status, 0) << t_out;
+  EXPECT_NE(t_out.find("general.sampling.temp = -1 is outside [0, 3.40282e+38] (serve refuses this with "
+                       "--generation-config auto, its default; vllm ignores it)\nruns: yes"),
+            std::string::npos)
+      << t_out;
+  std::filesystem::remove(temp);
+}
+
 }  // namespace
 }  // namespace pagellm

@@ -154,16 +154,25 @@ TEST(ServeCli, BadModelSamplingDefaultsAreRefusedUnlessIgnored) {
   std::filesystem::remove(path);
 }
 
-// What the tokenizer's loader reads past (here a BOS id outside the vocabulary, which llama.cpp
-// also ignores) is logged at start-up, and the model is served.
+// What loading reads past (llama.cpp ignores such a BOS id too) is logged at start-up, and the
+// model is served.
 TEST(ServeCli, LogsTheTokenizersLoadWarnings) {
-  const std::string path = temp_path("bad-bos.gguf");
-  write_model_with(path, "tokenizer.ggml.bos_token_id", pagellm::GgufValue::u32(70000));
-  Child c({"serve", "-m", path, "--port", "0", "--threads", "1"});
-  EXPECT_TRUE(c.read_until("warning: tokenizer.ggml.bos_token_id = 70000 is outside the vocabulary", 30)) << c.err();
-  EXPECT_TRUE(c.read_until("serving model", 30)) << c.err();
-  kill(c.pid(), SIGTERM);
-  EXPECT_EQ(c.wait_exit(30), 0) << c.err();
+  const std::string path = temp_path("read-past.gguf");
+  // A BOS id outside the vocabulary; a chat template that is not a string (ignored: chat requests
+  // get the fallback template).
+  const std::pair<std::string, pagellm::GgufValue> cases[] = {
+      {"tokenizer.ggml.bos_token_id", pagellm::GgufValue::u32(70000)},
+      {"tokenizer.chat_template", pagellm::GgufValue::u32(5)}};
+  const char* logged[] = {"warning: tokenizer.ggml.bos_token_id = 70000 is outside the vocabulary",
+                          "warning: tokenizer.chat_template is a uint32, not a string; ignored"};
+  for (int i = 0; i < 2; ++i) {
+    write_model_with(path, cases[i].first, cases[i].second);
+    Child c({"serve", "-m", path, "--port", "0", "--threads", "1"});
+    EXPECT_TRUE(c.read_until(logged[i], 30)) << c.err();
+    EXPECT_TRUE(c.read_until("serving model", 30)) << c.err();
+    kill(c.pid(), SIGTERM);
+    EXPECT_EQ(c.wait_exit(30), 0) << c.err();
+  }
   std::filesystem::remove(path);
 }
 

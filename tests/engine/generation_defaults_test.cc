@@ -67,6 +67,16 @@ TEST(GenerationDefaults, OutOfRangeOrMistypedValuesNameTheKey) {
       EXPECT_NE(std::string(e.what()).find("model.gguf"), std::string::npos) << e.what();
     }
   }
+  // Values and bounds print short (%g), not FLT_MAX's 39 digits.
+  std::vector<uint8_t> bytes;
+  auto f = file_with({{"general.sampling.temp", GgufValue::f32(-1.0f)}}, bytes);
+  try {
+    (void)generation_defaults(*f);
+    ADD_FAILURE() << "temp -1 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("general.sampling.temp = -1 is outside [0, 3.40282e+38]"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
