@@ -3,7 +3,9 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "format/gguf.h"
 #include "model/random_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagellm::cli {
 
@@ -46,6 +48,14 @@ Handler add_make_model(CLI::App& app) {
       spec.dtype = GgmlType::Q4_0;
     else
       throw Error("--dtype must be one of f32, f16, bf16, q8_0, q4_0; got '" + a->dtype + "'");
+    // A tokenizer pagellm cannot load (e.g. a BERT vocabulary) would make a model no command runs.
+    std::unique_ptr<GgufFile> vocab;
+    try {
+      vocab = GgufFile::open(a->vocab);
+      (void)Tokenizer::from_gguf(*vocab);
+    } catch (const Error& e) {
+      throw Error("--vocab '" + a->vocab + "': " + e.what());
+    }
     write_random_model(spec, a->out);
     std::fprintf(stderr, "wrote %s\n", a->out.c_str());
     return 0;
