@@ -100,9 +100,15 @@ int run_latency(const LatencyArgs& a) {
   const LlamaConfig& mc = llm.model().config();
   const int64_t ctx = llm.max_model_len();  // the context, or the KV pool when smaller
   // Decode needs 2 generated tokens to time one step; the prompt gives way to them.
+  if (ctx < 3) {
+    throw Error("a request holds at most " + std::to_string(ctx) +
+                " tokens in this KV cache; bench latency needs 3 (a prompt token and 2 generated): give a larger "
+                "--kv-cache-memory");
+  }
   if (a.gen_tokens < 2 || a.gen_tokens > ctx - 1) {
-    throw Error("--gen-tokens must be in [2, " + std::to_string(ctx - 1) + "] for this model (context " +
-                std::to_string(ctx) + " tokens), got " + std::to_string(a.gen_tokens));
+    throw Error("--gen-tokens must be in [2, " + std::to_string(ctx - 1) + "] here (requests hold " +
+                std::to_string(ctx) + " tokens: the model's context, or less in the KV cache), got " +
+                std::to_string(a.gen_tokens));
   }
   if (a.prompt_tokens < 1) throw Error("--prompt-tokens must be >= 1, got " + std::to_string(a.prompt_tokens));
   const int64_t n_prompt = std::min<int64_t>(a.prompt_tokens, ctx - a.gen_tokens);

@@ -60,8 +60,7 @@ class AsyncEngine {
   EngineStats stats() const;
   const LLM& llm() const { return *llm_; }
   const Tokenizer& tokenizer() const { return llm_->tokenizer(); }
-  // Longest prompt + generation one request may have, tokens: the model's context length, or
-  // the whole KV pool when that is smaller.
+  // Longest prompt + generation one request may have, tokens (LLM::max_model_len).
   int64_t max_model_len() const { return llm_->max_model_len(); }
 
  private:

@@ -23,8 +23,8 @@ namespace pagellm {
 struct ModelFacts {
   std::string model_name;           // GGUF general.name, or the file name without ".gguf"
   int32_t vocab_size = 0;           // token ids are in [0, vocab_size)
-  int64_t max_model_len = 0;        // longest prompt + generation of one request, tokens (the
-                                    // context length, or the whole KV pool when that is smaller)
+  int64_t max_model_len = 0;        // longest prompt + generation of one request, tokens
+                                    // (LLM::max_model_len: the context, or less in a small pool)
   std::string chat_template;        // GGUF tokenizer.chat_template (Jinja source), "" when absent
   SamplingParams default_sampling;  // the model's general.sampling.* (engine/generation_defaults.h)
   // Why the model's sampling defaults were refused (a bad general.sampling.* value), "" when they

@@ -17,23 +17,10 @@ EngineCore::EngineCore(LLM& llm) : EngineCore(llm, llm.config().scheduler_limits
 
 EngineCore::EngineCore(LLM& llm, const SchedulerLimits& limits)
     : llm_(llm), runner_(llm.runner()), kv_manager_(llm.kv_manager()), scheduler_(limits, kv_manager_) {
-  // The longest request the pool can hold alone: the largest length whose blocks, over all KV
-  // cache groups, fit (monotone in the length, so a binary search).
-  const std::vector<int64_t>& windows = kv_manager_.group_sliding_window();
-  auto fits = [&](int64_t len) {
-    return max_blocks_per_request(windows, runner_.block_size(), len, limits.max_num_batched_tokens) <=
-           runner_.num_blocks();
-  };
-  int64_t lo = 0, hi = runner_.model_config().max_position_embeddings;
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (fits(mid)) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  max_total_tokens_ = lo;
+  // The longest request the pool can hold alone, over all KV cache groups.
+  max_total_tokens_ =
+      max_tokens_per_request(kv_manager_.group_sliding_window(), runner_.block_size(), runner_.num_blocks(),
+                             runner_.model_config().max_position_embeddings, limits.max_num_batched_tokens);
   const EngineConfig& c = llm.config();
   speculative_ = c.speculative();
   self_layers_ = c.speculative_self_layers;
@@ -65,7 +52,7 @@ void EngineCore::add_request(const EngineRequest& req) {
   const auto n_prompt = static_cast<int64_t>(req.prompt_token_ids.size());
   if (n_prompt + 1 > max_total_tokens_) {
     throw Error("the prompt has " + std::to_string(n_prompt) + " tokens; at most " +
-                std::to_string(max_total_tokens_ - 1) + " fit (context length and KV cache)");
+                std::to_string(std::max<int64_t>(max_total_tokens_ - 1, 0)) + " fit (context length and KV cache)");
   }
   if (req.max_tokens < 1) throw Error("max_tokens must be at least 1");
   if (states_.count(req.request_id) != 0) throw Error("duplicate request id '" + req.request_id + "'");

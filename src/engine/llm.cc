@@ -137,15 +137,15 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   } catch (const std::bad_alloc&) {  // (the weights are mapped or allocated by now: this is the pool)
     throw Error("cannot allocate the KV cache: " + std::to_string(num_blocks) + " blocks of " +
                 std::to_string(config_.block_size) + " tokens, " + std::to_string(kv_bytes >> 20) +
-                " MiB; give a smaller one with --kv-cache-memory (e.g. 1GiB) or use --kv-dtype f16");
+                " MiB; give a smaller one with --kv-cache-memory, or use --kv-dtype f16");
   }
   kv_manager_ = std::make_unique<KvCacheManager>(num_blocks, config_.block_size, config_.enable_prefix_caching,
                                                  runner_->kv_cache().layout().group_sliding_window);
 }
 
 int64_t LLM::max_model_len() const {
-  const int64_t pool = int64_t{kv_cache().num_blocks()} * kv_cache().block_size();
-  return std::min<int64_t>(model().config().max_position_embeddings, pool);
+  return max_tokens_per_request(kv_manager_->group_sliding_window(), kv_cache().block_size(), kv_cache().num_blocks(),
+                                model().config().max_position_embeddings, config_.max_num_batched_tokens);
 }
 
 std::string kv_cache_limit_warning(const LLM& llm) {

@@ -83,8 +83,9 @@ class LLM {
   explicit LLM(const EngineConfig& config);
 
   const EngineConfig& config() const { return config_; }
-  // Longest prompt + generation of one request, tokens: the model's context, or the whole KV
-  // pool when that is smaller (a --kv-cache-memory budget, or the default's 1 GiB cap).
+  // Longest prompt + generation of one request, tokens: the model's context, or what the KV pool
+  // holds for one request when that is less (a --kv-cache-memory budget, or the default's 1 GiB
+  // cap), counting every KV cache group's blocks (max_tokens_per_request). As EngineCore admits.
   int64_t max_model_len() const;
   // What loading read past (LoadedModel::warnings): the model's, then the draft tokenizer's, each
   // of those prefixed "--speculative-model: ". Commands print or log them.

@@ -44,4 +44,19 @@ int64_t max_blocks_per_request(std::span<const int64_t> group_sliding_window, in
   return total;
 }
 
+int64_t max_tokens_per_request(std::span<const int64_t> group_sliding_window, int32_t block_size, int64_t num_blocks,
+                               int64_t max_tokens, int64_t max_step_tokens) {
+  // max_blocks_per_request is monotone in the length: a binary search.
+  int64_t lo = 0, hi = max_tokens;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (max_blocks_per_request(group_sliding_window, block_size, mid, max_step_tokens) <= num_blocks) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 }  // namespace pagellm

@@ -49,4 +49,9 @@ struct KvCacheLayout {
 int64_t max_blocks_per_request(std::span<const int64_t> group_sliding_window, int32_t block_size, int64_t num_tokens,
                                int64_t max_step_tokens);
 
+// The inverse: the most tokens (<= max_tokens, e.g. the context length) one request may have when
+// its blocks, by max_blocks_per_request, must fit in num_blocks. 0 when not even one token fits.
+int64_t max_tokens_per_request(std::span<const int64_t> group_sliding_window, int32_t block_size, int64_t num_blocks,
+                               int64_t max_tokens, int64_t max_step_tokens);
+
 }  // namespace pagellm

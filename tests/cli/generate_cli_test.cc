@@ -43,6 +43,20 @@ TEST(GenerateCli, ASmallerKvCacheLimitsTheRequestAndSaysSo) {
   EXPECT_NE(bad.find("--kv-cache-memory: expected bytes"), std::string::npos) << bad;
 }
 
+// A sliding-window model keeps two KV cache groups, so each token holds a slot in both: 4 blocks of
+// 16 tokens hold requests of 32 tokens, and the warning says 32, not 64.
+TEST(GenerateCli, TheLimitCountsEveryKvCacheGroup) {
+  const std::string gen = std::string(PAGELLM_BINARY) + " generate -m " + test::testdata("archs/gemma3-s14-f32.gguf") +
+                          " -p hi -n 200 --ignore-eos --temperature 0 --threads 1 --kv-cache-memory 4blocks";
+  const auto [err, err_status] = run_command(gen + " 2>&1 >/dev/null");
+  EXPECT_EQ(err_status, 0) << err;
+  EXPECT_EQ(err.find("warning: the KV cache holds 32 tokens, less than the model's context of 32768"), 0u) << err;
+  const auto [json, json_status] = run_command(gen + " --json 2>/dev/null");
+  ASSERT_EQ(json_status, 0) << json;
+  const nlohmann::json j = nlohmann::json::parse(json);
+  EXPECT_EQ(j["prompt_token_ids"].size() + j["token_ids"].size(), 32u) << json;
+}
+
 TEST(GenerateCli, APoolLargerThanTheMachineIsAnErrorNamingTheFlag) {
   const auto [out, status] = run_command(kGenerate + "-n 4 --kv-cache-memory 16TiB 2>&1");
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;

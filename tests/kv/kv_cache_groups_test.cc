@@ -47,6 +47,23 @@ TEST(KvCacheLayout, MaxBlocksPerRequestCapsSlidingGroups) {
   EXPECT_EQ(max_blocks_per_request(std::vector<int64_t>{0}, 4, 100, 8), 25);
 }
 
+// The inverse: the longest request whose blocks fit a pool, counting every group's.
+TEST(KvCacheLayout, MaxTokensPerRequestInvertsTheBlockCount) {
+  const std::vector<int64_t> w{0, 16};
+  // 32 blocks: 25 full + 7 window blocks hold 100 tokens; 101 would need a 26th full block.
+  EXPECT_EQ(max_tokens_per_request(w, 4, 32, 1000, 8), 100);
+  // 4 blocks: 2 per group (both grow together below the cap): 8 tokens, not 4 x 4 = 16.
+  EXPECT_EQ(max_tokens_per_request(w, 4, 4, 1000, 8), 8);
+  EXPECT_EQ(max_tokens_per_request(w, 4, 1, 1000, 8), 0);  // a token needs a block in each group
+  EXPECT_EQ(max_tokens_per_request(std::vector<int64_t>{0}, 4, 25, 1000, 8), 100);
+  EXPECT_EQ(max_tokens_per_request(std::vector<int64_t>{0}, 4, 25, 60, 8), 60);  // the context caps it
+  for (int64_t blocks = 1; blocks < 40; ++blocks) {
+    const int64_t n = max_tokens_per_request(w, 4, blocks, 1000, 8);
+    EXPECT_LE(max_blocks_per_request(w, 4, n, 8), blocks);
+    EXPECT_GT(max_blocks_per_request(w, 4, n + 1, 8), blocks) << blocks;
+  }
+}
+
 // Manager over a full group and a window-6 group, blocks of 4 tokens.
 class SlidingGroups : public ::testing::Test {
  protected:
