@@ -16,7 +16,11 @@ namespace pagellm::cli {
 
 void add_kv_cache_memory_option(CLI::App& app, std::string& text, const std::string& default_text) {
   app.add_option("--kv-cache-memory", text,
-                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: " + default_text);
+                 "KV cache size: bytes (1073741824, 64MiB, 1.5GiB) or blocks (200blocks); default: " + default_text)
+      ->check([](const std::string& value) {
+        // "" is the unset value apply_kv_cache_memory() leaves to the default: refuse it when given.
+        return value.empty() ? std::string("expected bytes or a block count, got ''") : std::string();
+      });
 }
 
 void apply_kv_cache_memory(const std::string& text, EngineConfig& e) {

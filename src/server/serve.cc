@@ -146,28 +146,33 @@ std::unique_ptr<LLM> load_model(const ServeOptions& o) {
 }  // namespace
 
 KvCacheMemory parse_kv_cache_memory(const std::string& text) {
-  auto fail = [&]() -> KvCacheMemory {
-    throw Error(
-        "--kv-cache-memory: expected bytes (e.g. 1073741824, 64MiB, 1.5GiB) or a block count (e.g. 200blocks), got '" +
-        text + "'");
+  auto fail = [&](const std::string& why) -> KvCacheMemory {
+    throw Error("--kv-cache-memory: " + why + ", got '" + text + "'");
   };
+  const std::string expected = "expected bytes (e.g. 1073741824, 64MiB, 1.5GiB) or a block count (e.g. 200blocks)";
   std::string s;
   for (char ch : text) {
     if (!std::isspace(static_cast<unsigned char>(ch)))
       s += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   }
+  // The number: digits, then optionally '.' and digits (no sign, exponent, hex or inf/nan).
   size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(s, &used);
-  } catch (const std::exception&) {
-    return fail();
+  while (used < s.size() && std::isdigit(static_cast<unsigned char>(s[used]))) ++used;
+  const size_t int_digits = used;
+  if (used < s.size() && s[used] == '.') {
+    ++used;
+    while (used < s.size() && std::isdigit(static_cast<unsigned char>(s[used]))) ++used;
   }
-  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])) || !std::isfinite(value)) return fail();
+  if (int_digits == 0) return fail(expected);
+  const bool whole = used == int_digits;
+  // (at most 40 digits read: beyond any limit below, and within a double's range)
+  const double value = int_digits > 40 ? 1e40 : std::stod(s.substr(0, used));
   const std::string unit = s.substr(used);
   KvCacheMemory m;
   if (unit == "blocks" || unit == "block") {
-    if (value < 1 || value != std::floor(value)) return fail();
+    if (!whole) return fail("a block count is a whole number");
+    if (value < 1) return fail("the cache needs at least 1 block");
+    if (value > 2e9) return fail("more than 2e9 blocks");
     m.blocks = static_cast<int64_t>(value);
     return m;
   }
@@ -188,11 +193,12 @@ KvCacheMemory parse_kv_cache_memory(const std::string& text) {
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
     const double bytes = value * scale;
-    if (bytes < 1 || bytes > 9e18) return fail();
+    if (bytes < 1) return fail("the cache needs at least 1 byte");
+    if (bytes > 9e18) return fail("more than 9e18 bytes");
     m.bytes = static_cast<int64_t>(bytes);
     return m;
   }
-  return fail();
+  return fail(expected);
 }
 
 int64_t default_max_body_bytes(int64_t max_model_len) { return (int64_t{1} << 20) + 64 * max_model_len; }

@@ -54,8 +54,10 @@ struct KvCacheMemory {
 };
 
 // "1073741824", "64MiB", "1.5GiB", "512KB", "2G", "200blocks", "200 blocks". Units: B; KB, MB, GB,
-// TB (powers of 1000); KiB, MiB, GiB, TiB and K, M, G, T (powers of 1024). Case-insensitive.
-// Throws pagellm::Error naming the flag and the value for anything else or a value < 1.
+// TB (powers of 1000); KiB, MiB, GiB, TiB and K, M, G, T (powers of 1024). Case-insensitive; the
+// number is decimal digits with an optional fraction (a block count: digits only).
+// Throws pagellm::Error naming the flag, the value and what is wrong: anything else, a value < 1,
+// more than 9e18 bytes or 2e9 blocks.
 KvCacheMemory parse_kv_cache_memory(const std::string& text);
 
 // The default request body limit, bytes, for a model whose requests hold at most max_model_len

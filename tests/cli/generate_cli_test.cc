@@ -41,6 +41,10 @@ TEST(GenerateCli, ASmallerKvCacheLimitsTheRequestAndSaysSo) {
   const auto [bad, bad_status] = run_command(kGenerate + "-n 4 --kv-cache-memory lots 2>&1");
   EXPECT_NE(bad_status, 0);
   EXPECT_NE(bad.find("--kv-cache-memory: expected bytes"), std::string::npos) << bad;
+  // An empty value is refused, not read as "use the default".
+  const auto [empty, empty_status] = run_command(kGenerate + "-n 4 --kv-cache-memory '' 2>&1");
+  EXPECT_NE(empty_status, 0);
+  EXPECT_NE(empty.find("--kv-cache-memory: expected bytes or a block count, got ''"), std::string::npos) << empty;
 }
 
 // A sliding-window model keeps two KV cache groups, so each token holds a slot in both: 4 blocks of

@@ -152,9 +152,19 @@ TEST(KvCacheMemory, ParsesBytesUnitsAndBlocks) {
     int64_t bytes, blocks;
   };
   const Case cases[] = {
-      {"1073741824", 1073741824, 0}, {"64MiB", 64 << 20, 0},  {"64mib", 64 << 20, 0}, {"1.5GiB", 1610612736, 0},
-      {"512KB", 512000, 0},          {"2G", 2147483648LL, 0}, {"100 b", 100, 0},      {"200blocks", 0, 200},
-      {"24 blocks", 0, 24},          {"1block", 0, 1},        {"1GB", 1000000000, 0}, {"3k", 3072, 0},
+      {"1073741824", 1073741824, 0},
+      {"64MiB", 64 << 20, 0},
+      {"64mib", 64 << 20, 0},
+      {"1.5GiB", 1610612736, 0},
+      {"512KB", 512000, 0},
+      {"2G", 2147483648LL, 0},
+      {"100 b", 100, 0},
+      {"200blocks", 0, 200},
+      {"24 blocks", 0, 24},
+      {"1block", 0, 1},
+      {"1GB", 1000000000, 0},
+      {"3k", 3072, 0},
+      {"2.", 2, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
@@ -162,10 +172,27 @@ TEST(KvCacheMemory, ParsesBytesUnitsAndBlocks) {
     EXPECT_EQ(m.bytes, c.bytes);
     EXPECT_EQ(m.blocks, c.blocks);
   }
-  for (const char* bad : {"", "abc", "-5", "0", "1.5blocks", "0blocks", "12 parsecs", "MiB", "1e400", "nan"}) {
+  for (const char* bad : {"", "abc", "-5", "+5", ".5MiB", "1.5blocks", "1.0blocks", "12 parsecs", "MiB", "1e400", "1e9",
+                          "0x4p20", "nan", "inf", "9e18", "10000000000000000000", "3000000000blocks"}) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(parse_kv_cache_memory(bad), Error);
   }
+  // What is wrong, when the form is right.
+  auto message = [](const char* text) {
+    try {
+      parse_kv_cache_memory(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("0"), "--kv-cache-memory: the cache needs at least 1 byte, got '0'");
+  EXPECT_EQ(message("0.4"), "--kv-cache-memory: the cache needs at least 1 byte, got '0.4'");
+  EXPECT_EQ(message("0blocks"), "--kv-cache-memory: the cache needs at least 1 block, got '0blocks'");
+  EXPECT_EQ(message("2.5 blocks"), "--kv-cache-memory: a block count is a whole number, got '2.5 blocks'");
+  EXPECT_EQ(message("0x4p20"),
+            "--kv-cache-memory: expected bytes (e.g. 1073741824, 64MiB, 1.5GiB) or a block count (e.g. 200blocks), "
+            "got '0x4p20'");
 }
 
 TEST(ServedModelName, IsTheFileStem) {
