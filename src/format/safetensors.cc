@@ -129,8 +129,10 @@ void SafetensorsFile::parse_all(std::span<const uint8_t> bytes) {
     }
     const auto want = static_cast<uint64_t>(numel) * static_cast<uint64_t>(elem);
     if (t.end - t.begin != want) {
-      fail(where + "'data_offsets' span " + std::to_string(t.end - t.begin) + " bytes, but shape x " + t.dtype +
-           " needs " + std::to_string(want));
+      std::string msg = where + "'data_offsets' span " + std::to_string(t.end - t.begin) + " bytes, but shape [";
+      for (size_t i = 0; i < t.shape.size(); ++i) msg += (i > 0 ? ", " : "") + std::to_string(t.shape[i]);
+      msg += "] x " + t.dtype + " needs " + std::to_string(want);
+      fail(msg);
     }
     t.data = data + t.begin;
     index_[name] = tensors_.size();
