@@ -1,12 +1,11 @@
 #include "engine/llm.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <new>
 
 #include "core/error.h"
+#include "core/system_memory.h"
 #include "engine/engine_core.h"
 #include "engine/model_runner.h"
 #include "engine/utf8_stream.h"
@@ -124,12 +123,16 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   const int64_t kv_bytes = int64_t{num_blocks} * config_.block_size *
                            (kv_bytes_per_token(model->config(), config_.kv_dtype) +
                             (draft_model_ ? kv_bytes_per_token(draft_model_->config(), config_.kv_dtype) : 0));
-  // The pool is zero-filled at once: one larger than the machine would be killed filling it.
-  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  if (memory > 0 && kv_bytes > memory) {
-    throw Error("the KV cache (" + std::to_string(num_blocks) + " blocks of " + std::to_string(config_.block_size) +
-                " tokens, " + std::to_string(kv_bytes >> 20) + " MiB) is more than this machine's memory (" +
-                std::to_string(memory >> 20) + " MiB); give a smaller one with --kv-cache-memory");
+  // The pool is zero-filled at once: one larger than the machine or its cgroup (a container) can
+  // give would be killed filling it, with no message. (The weights are loaded by now: what they
+  // take is no longer available.)
+  const std::string pool_text = std::to_string(num_blocks) + " blocks of " + std::to_string(config_.block_size) +
+                                " tokens, " + std::to_string(kv_bytes >> 20) + " MiB";
+  for (const MemoryLimit& limit : {memory_limit(), available_memory()}) {
+    if (!limit.source.empty() && kv_bytes > limit.bytes) {
+      throw Error("the KV cache (" + pool_text + ") is more than " + limit.source + " (" +
+                  std::to_string(limit.bytes >> 20) + " MiB); give a smaller one with --kv-cache-memory");
+    }
   }
   try {
     if (draft_model_) draft_runner_ = std::make_unique<ModelRunner>(*draft_model_, geometry);
