@@ -150,24 +150,31 @@ KvCacheMemory parse_kv_cache_memory(const std::string& text) {
     throw Error("--kv-cache-memory: " + why + ", got '" + text + "'");
   };
   const std::string expected = "expected bytes (e.g. 1073741824, 64MiB, 1.5GiB) or a block count (e.g. 200blocks)";
-  std::string s;
-  for (char ch : text) {
-    if (!std::isspace(static_cast<unsigned char>(ch)))
-      s += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  // [spaces] number [spaces] unit [spaces]; the number: digits, then optionally '.' and digits (no
+  // sign, exponent, hex or inf/nan); leading zeros are skipped.
+  auto space = [](char ch) { return std::isspace(static_cast<unsigned char>(ch)) != 0; };
+  auto digit = [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; };
+  size_t at = 0;
+  while (at < text.size() && space(text[at])) ++at;
+  if (at == text.size() || !digit(text[at])) return fail(expected);
+  while (at + 1 < text.size() && text[at] == '0' && digit(text[at + 1])) ++at;
+  const size_t begin = at;
+  while (at < text.size() && digit(text[at])) ++at;
+  const size_t int_digits = at - begin;
+  if (at < text.size() && text[at] == '.') {
+    ++at;
+    while (at < text.size() && digit(text[at])) ++at;
   }
-  // The number: digits, then optionally '.' and digits (no sign, exponent, hex or inf/nan).
-  size_t used = 0;
-  while (used < s.size() && std::isdigit(static_cast<unsigned char>(s[used]))) ++used;
-  const size_t int_digits = used;
-  if (used < s.size() && s[used] == '.') {
-    ++used;
-    while (used < s.size() && std::isdigit(static_cast<unsigned char>(s[used]))) ++used;
-  }
-  if (int_digits == 0) return fail(expected);
-  const bool whole = used == int_digits;
+  const std::string number = text.substr(begin, at - begin);
+  while (at < text.size() && space(text[at])) ++at;
+  std::string unit;
+  for (; at < text.size() && !space(text[at]); ++at)
+    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[at])));
+  while (at < text.size() && space(text[at])) ++at;
+  if (at != text.size()) return fail(expected);
+  const bool whole = number.size() == int_digits;
   // (at most 40 digits read: beyond any limit below, and within a double's range)
-  const double value = int_digits > 40 ? 1e40 : std::stod(s.substr(0, used));
-  const std::string unit = s.substr(used);
+  const double value = int_digits > 40 ? 1e40 : std::stod(number);
   KvCacheMemory m;
   if (unit == "blocks" || unit == "block") {
     if (!whole) return fail("a block count is a whole number");

@@ -165,6 +165,9 @@ TEST(KvCacheMemory, ParsesBytesUnitsAndBlocks) {
       {"1GB", 1000000000, 0},
       {"3k", 3072, 0},
       {"2.", 2, 0},
+      {" 64 MiB\n", 64 << 20, 0},
+      {"0000000000000000000000000000000000000000000000064MiB", 64 << 20, 0},
+      {"0000000000000000000000000000000000000000000000001blocks", 0, 1},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
@@ -172,8 +175,28 @@ TEST(KvCacheMemory, ParsesBytesUnitsAndBlocks) {
     EXPECT_EQ(m.bytes, c.bytes);
     EXPECT_EQ(m.blocks, c.blocks);
   }
-  for (const char* bad : {"", "abc", "-5", "+5", ".5MiB", "1.5blocks", "1.0blocks", "12 parsecs", "MiB", "1e400", "1e9",
-                          "0x4p20", "nan", "inf", "9e18", "10000000000000000000", "3000000000blocks"}) {
+  for (const char* bad : {"",
+                          "abc",
+                          "-5",
+                          "+5",
+                          ".5MiB",
+                          "1.5blocks",
+                          "1.0blocks",
+                          "12 parsecs",
+                          "MiB",
+                          "1e400",
+                          "1e9",
+                          "0x4p20",
+                          "nan",
+                          "inf",
+                          "9e18",
+                          "10000000000000000000",
+                          "3000000000blocks",
+                          "2 4GiB",
+                          "64 M iB",
+                          "1 0 0 blocks",
+                          "64MiB x",
+                          " "}) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(parse_kv_cache_memory(bad), Error);
   }
