@@ -30,6 +30,28 @@ void apply_kv_cache_memory(const std::string& text, EngineConfig& e) {
   e.kv_cache_blocks = m.blocks;
 }
 
+std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b >= 0x20 && b != 0x7f) {
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02X", b);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 void add_speculative_options(CLI::App& app, EngineConfig& e) {
   app.add_flag("--speculative-ngram", e.speculative_ngram,
                "Speculative decoding with n-gram (prompt lookup) drafts: the tokens that followed the last n "
@@ -102,11 +124,11 @@ int run(int argc, char** argv) {
     }
   } catch (const Error& e) {
     std::fflush(stdout);  // what was printed comes first, whole, when both go to one file (info)
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
     return 1;
   }
   return 1;
@@ -118,7 +140,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {  // building the command line itself failed (out of memory)
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
   } catch (...) {
     std::fprintf(stderr, "error: unknown exception\n");
   }

@@ -95,7 +95,7 @@ int run_latency(const LatencyArgs& a) {
   cfg.kv_dtype = parse_kv_dtype(a.kv_dtype);
   apply_kv_cache_memory(a.kv_cache_memory, cfg);
   LLM llm(cfg);
-  for (const std::string& w : llm.load_warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (const std::string& w : llm.load_warnings()) std::fprintf(stderr, "warning: %s\n", one_line(w).c_str());
   if (const std::string w = kv_cache_limit_warning(llm); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   const LlamaConfig& mc = llm.model().config();
   const int64_t ctx = llm.max_model_len();  // the context, or the KV pool when smaller

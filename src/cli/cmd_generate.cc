@@ -44,7 +44,7 @@ int run_generate(const GenerateArgs& a) {
   cfg.num_speculative_tokens = a.speculative.num_speculative_tokens;
   cfg.speculative_adaptive = a.speculative.speculative_adaptive;
   LLM llm(cfg);  // validates cfg
-  for (const std::string& w : llm.load_warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (const std::string& w : llm.load_warnings()) std::fprintf(stderr, "warning: %s\n", one_line(w).c_str());
   if (const std::string w = kv_cache_limit_warning(llm); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
 
   GenerateOptions opt;

@@ -125,12 +125,12 @@ int run_info(const std::string& path) {
     std::printf("tokenizer: %d tokens, bos id %d, eos id %d (-1: none)\n", tok.vocab_size(), tok.bos_id(),
                 tok.eos_id());
   }
-  for (const std::string& w : loaded.warnings) std::printf("warning: %s\n", w.c_str());
+  for (const std::string& w : loaded.warnings) std::printf("warning: %s\n", one_line(w).c_str());
   try {  // serve's sampling defaults (general.sampling.*); generate does not read them
     (void)generation_defaults(*f);
   } catch (const Error& e) {
     std::printf("warning: %s (serve refuses this with --generation-config auto, its default; vllm ignores it)\n",
-                e.what());
+                one_line(e.what()).c_str());
   }
   std::printf("runs: yes (every tensor bound, the tokenizer loaded)\n");
   return 0;

@@ -28,7 +28,7 @@ Handler add_tokenize(CLI::App& app) {
     } catch (const Error& e) {
       throw Error("model '" + file->path() + "': " + e.what());
     }
-    for (const std::string& w : tok->load_warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    for (const std::string& w : tok->load_warnings()) std::fprintf(stderr, "warning: %s\n", one_line(w).c_str());
     const std::vector<int32_t> ids = tok->encode(a->text, !a->no_bos, a->parse_special);
     std::puts(nlohmann::json(ids).dump().c_str());
     return 0;

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "engine/engine_config.h"
 
@@ -28,6 +29,10 @@ void add_speculative_options(CLI::App& app, EngineConfig& e);
 // default (plan_kv_cache). Throws pagellm::Error naming the flag.
 void add_kv_cache_memory_option(CLI::App& app, std::string& text, const std::string& default_text);
 void apply_kv_cache_memory(const std::string& text, EngineConfig& e);
+
+// `text` (an error or warning that may quote names or token texts from a model file) as one
+// printable line: control bytes become \n, \r, \t or \xNN; UTF-8 is kept.
+std::string one_line(std::string_view text);
 
 // The model used when -m is not given: models/stories260K-f32.gguf, looked up in the current
 // directory, then beside the binary (../models when the binary is build/pagellm).
