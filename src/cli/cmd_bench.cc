@@ -17,6 +17,7 @@
 #include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/system_memory.h"
 #include "engine/engine_core.h"
 #include "engine/llm.h"
 
@@ -97,6 +98,12 @@ int run_latency(const LatencyArgs& a) {
   LLM llm(cfg);
   for (const std::string& w : llm.load_warnings()) std::fprintf(stderr, "warning: %s\n", one_line(w).c_str());
   if (const std::string w = kv_cache_limit_warning(llm); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
+  // The probe touches every byte of its buffer at the end: refuse it now rather than be killed then.
+  if (const std::optional<MemoryLimit> bound = memory_bound_exceeded(a.probe_mib << 20)) {
+    throw Error("bandwidth probe: --probe-mib " + std::to_string(a.probe_mib) + " needs " +
+                format_mib(a.probe_mib << 20) + ", but " + bound->source + " is " + format_mib(bound->bytes) +
+                "; lower --probe-mib");
+  }
   const LlamaConfig& mc = llm.model().config();
   const int64_t ctx = llm.max_model_len();  // the context, or the KV pool when smaller
   // Decode needs 2 generated tokens to time one step; the prompt gives way to them.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -51,7 +52,8 @@ std::vector<std::string> leaf_to_root(std::string_view path) {
 }
 
 struct Group {
-  std::string mount, limit_file, usage_file, inactive_file_key;
+  std::string mount, limit_file, usage_file;
+  std::string file_keys[2];  // memory.stat's page cache: active and inactive file pages
 };
 
 }  // namespace
@@ -126,7 +128,7 @@ struct CgroupLimit {
   std::string dir;
   int64_t limit = 0;
   std::optional<int64_t> usage;  // what the group holds now
-  int64_t inactive_file = 0;     // of which reclaimable page cache
+  int64_t file = 0;              // of which page cache (reclaimable)
 };
 
 std::vector<CgroupLimit> cgroup_limits() {
@@ -134,10 +136,12 @@ std::vector<CgroupLimit> cgroup_limits() {
   const std::optional<std::string> self = read_text("/proc/self/cgroup");
   if (!self) return out;
   const CgroupPaths paths = parse_proc_self_cgroup(*self);
-  const Group v2[] = {{"/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"},
-                      {"/sys/fs/cgroup/unified", "memory.max", "memory.current", "inactive_file"}};
-  const Group v1[] = {
-      {"/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"}};
+  const Group v2[] = {{"/sys/fs/cgroup", "memory.max", "memory.current", {"active_file", "inactive_file"}},
+                      {"/sys/fs/cgroup/unified", "memory.max", "memory.current", {"active_file", "inactive_file"}}};
+  const Group v1[] = {{"/sys/fs/cgroup/memory",
+                       "memory.limit_in_bytes",
+                       "memory.usage_in_bytes",
+                       {"total_active_file", "total_inactive_file"}}};
   auto scan = [&](const std::vector<std::string>& dirs, const Group& g) {
     for (const std::string& dir : dirs) {
       const std::string base = g.mount + (dir.empty() ? "" : "/" + dir) + "/";
@@ -148,7 +152,7 @@ std::vector<CgroupLimit> cgroup_limits() {
       CgroupLimit l{"/" + dir, *limit, std::nullopt, 0};
       if (const std::optional<std::string> u = read_text(base + g.usage_file)) l.usage = parse_cgroup_memory_value(*u);
       if (const std::optional<std::string> stat = read_text(base + "memory.stat")) {
-        l.inactive_file = parse_memory_stat(*stat, g.inactive_file_key).value_or(0);
+        for (const std::string& key : g.file_keys) l.file += parse_memory_stat(*stat, key).value_or(0);
       }
       out.push_back(l);
     }
@@ -179,10 +183,23 @@ MemoryLimit available_memory() {
   }
   for (const CgroupLimit& c : cgroup_limits()) {
     if (!c.usage) continue;
-    const int64_t headroom = std::max<int64_t>(0, c.limit - *c.usage + std::min(c.inactive_file, *c.usage));
+    const int64_t headroom = std::max<int64_t>(0, c.limit - *c.usage + std::min(c.file, *c.usage));
     if (m.source.empty() || headroom < m.bytes) m = {headroom, "the memory left under the limit of cgroup " + c.dir};
   }
   return m;
+}
+
+std::optional<MemoryLimit> memory_bound_exceeded(int64_t bytes) {
+  for (const MemoryLimit& m : {memory_limit(), available_memory()}) {
+    if (!m.source.empty() && bytes > m.bytes) return m;
+  }
+  return std::nullopt;
+}
+
+std::string format_mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  return text;
 }
 
 }  // namespace pagellm

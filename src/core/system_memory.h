@@ -27,9 +27,17 @@ struct MemoryLimit {
 MemoryLimit memory_limit();
 
 // What this process could allocate now without swapping or the OOM killer: MemAvailable, or
-// where less, a cgroup's limit minus its usage plus its inactive file pages (reclaimable: as
-// `docker stats` counts it). bytes 0 and source "" when neither can be read.
+// where less, a cgroup's limit minus its usage plus its page cache (active and inactive file
+// pages: the kernel reclaims them before it kills, as MemAvailable also counts them). bytes 0
+// and source "" when neither can be read.
 MemoryLimit available_memory();
+
+// The first of memory_limit() and available_memory() that allocating `bytes` more would exceed;
+// nullopt when it fits both (or neither is known).
+std::optional<MemoryLimit> memory_bound_exceeded(int64_t bytes);
+
+// "254.0 MiB": bytes / 2^20 with one decimal, for the messages of the checks above.
+std::string format_mib(int64_t bytes);
 
 // ---- the parsing, exposed for tests -----------------------------------------------------------
 

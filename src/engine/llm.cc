@@ -35,6 +35,20 @@ std::unique_ptr<LlamaModel> load_model(const GgufFile& file, ThreadPool* pool,
   }
 }
 
+// What the engine allocates beside the KV pool once it runs, bytes (an upper estimate, for the
+// memory check): per token of a step, the model's activation buffers (LlamaModel::forward) and
+// the matmul workspace (the activations converted: ~2 floats per input column); the logits of
+// every running request (speculation: k + 1 rows each); the block bookkeeping (BlockPool,
+// KvCacheManager: < 64 bytes a block); 32 MiB for thread stacks and the allocator.
+int64_t runner_buffer_bytes(const EngineConfig& e, const LlamaConfig& c, int64_t num_blocks) {
+  const int64_t q_dim = c.num_attention_heads * c.head_dim, kv_dim = c.num_key_value_heads * c.head_dim;
+  const int64_t per_token = 3 * c.hidden_size + 2 * q_dim + 4 * kv_dim + 4 * c.intermediate_size + 2 * c.rope_dim +
+                            2 * std::max(c.hidden_size, c.intermediate_size);
+  const int64_t logits_rows = int64_t{e.max_num_seqs} * (e.speculative() ? e.num_speculative_tokens + 1 : 1);
+  return 4 * (e.max_num_batched_tokens * per_token + logits_rows * c.vocab_size) + 64 * num_blocks +
+         (int64_t{32} << 20);
+}
+
 }  // namespace
 
 LoadedModel load_model_and_tokenizer(const GgufFile& file, const std::string& path, ThreadPool* pool,
@@ -126,13 +140,12 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   // The pool is zero-filled at once: one larger than the machine or its cgroup (a container) can
   // give would be killed filling it, with no message. (The weights are loaded by now: what they
   // take is no longer available.)
-  const std::string pool_text = std::to_string(num_blocks) + " blocks of " + std::to_string(config_.block_size) +
-                                " tokens, " + std::to_string(kv_bytes >> 20) + " MiB";
-  for (const MemoryLimit& limit : {memory_limit(), available_memory()}) {
-    if (!limit.source.empty() && kv_bytes > limit.bytes) {
-      throw Error("the KV cache (" + pool_text + ") is more than " + limit.source + " (" +
-                  std::to_string(limit.bytes >> 20) + " MiB); give a smaller one with --kv-cache-memory");
-    }
+  const int64_t buffers = runner_buffer_bytes(config_, model->config(), num_blocks);
+  if (const std::optional<MemoryLimit> bound = memory_bound_exceeded(kv_bytes + buffers)) {
+    throw Error("the KV cache (" + std::to_string(num_blocks) + " blocks of " + std::to_string(config_.block_size) +
+                " tokens, " + format_mib(kv_bytes) + ") and the runner's buffers (" + format_mib(buffers) + ") need " +
+                format_mib(kv_bytes + buffers) + ", but " + bound->source + " is " + format_mib(bound->bytes) +
+                "; give a smaller KV cache with --kv-cache-memory");
   }
   try {
     if (draft_model_) draft_runner_ = std::make_unique<ModelRunner>(*draft_model_, geometry);

@@ -64,11 +64,15 @@ TEST(GenerateCli, TheLimitCountsEveryKvCacheGroup) {
 TEST(GenerateCli, APoolLargerThanTheMachineIsAnErrorNamingTheFlag) {
   const auto [out, status] = run_command(kGenerate + "-n 4 --kv-cache-memory 16TiB 2>&1");
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;
-  EXPECT_NE(out.find("error: the KV cache ("), std::string::npos) << out;
-  // (in a container with a memory limit below the RAM, that limit is named instead)
-  EXPECT_TRUE(out.find("is more than this machine's memory (") != std::string::npos ||
-              out.find("is more than the memory limit of cgroup /") != std::string::npos)
+  // 16 TiB = 858993459 blocks of 16 tokens of 20480 bytes (16777215.99 MiB), with the buffers.
+  EXPECT_NE(out.find("error: the KV cache (858993459 blocks of 16 tokens, 16777216.0 MiB) and the runner's "),
+            std::string::npos)
       << out;
+  // (in a container with a memory limit below the RAM, that limit is named instead)
+  EXPECT_TRUE(out.find(", but this machine's memory is ") != std::string::npos ||
+              out.find(", but the memory limit of cgroup /") != std::string::npos)
+      << out;
+  EXPECT_NE(out.find(" MiB; give a smaller KV cache with --kv-cache-memory\n"), std::string::npos) << out;
 }
 
 // bench latency times requests that fit the pool it was given.
