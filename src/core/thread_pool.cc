@@ -97,14 +97,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   });
 }
 
-void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for_guided(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  grain = std::max<int64_t>(1, grain);
+  min_grain = std::max<int64_t>(1, min_grain);
+  const int64_t parts = 2 * static_cast<int64_t>(num_threads_);
   std::atomic<int64_t> next{0};
   run([&](int, int) {
-    for (int64_t b = next.fetch_add(grain, std::memory_order_relaxed); b < n;
-         b = next.fetch_add(grain, std::memory_order_relaxed)) {
-      fn(b, std::min(n, b + grain));
+    int64_t b = next.load(std::memory_order_relaxed);
+    while (b < n) {
+      const int64_t c = std::min(n - b, std::max(min_grain, (n - b + parts - 1) / parts));
+      if (next.compare_exchange_weak(b, b + c, std::memory_order_relaxed)) {  // else b is reloaded
+        fn(b, b + c);
+        b = next.load(std::memory_order_relaxed);
+      }
     }
   });
 }

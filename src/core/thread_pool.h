@@ -34,10 +34,13 @@ class ThreadPool {
   // Splits [0, n) into num_threads contiguous ranges; fn(begin, end) per non-empty range.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
-  // Splits [0, n) into chunks of `grain` taken in order by whichever thread is free (an atomic
-  // counter): fn(begin, end) per chunk. Balances threads whose CPUs run at different speeds (a
-  // shared VM); use where the result does not depend on which thread computes a chunk.
-  void parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // Splits [0, n) into contiguous chunks taken in order by whichever thread is free (an atomic
+  // counter), guided: a chunk is 1/(2 x num_threads) of what is left, at least min_grain (the
+  // last one may be shorter); fn(begin, end) per chunk. Guided self-scheduling (Polychronopoulos
+  // & Kuck, IEEE Trans. Computers 36(12), 1987): large chunks first, small ones at the end, so
+  // the threads finish together, and a thread whose CPU runs slower (a shared VM) takes fewer
+  // chunks. Use where the result does not depend on which thread computes a chunk.
+  void parallel_for_guided(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn);
 
   // Physical-ish core count of this machine (hardware_concurrency, at least 1).
   static int default_num_threads();

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 namespace pagellm {
@@ -64,28 +66,36 @@ TEST(ThreadPool, ParallelForCoversRangeOnce) {
   pool.parallel_for(0, [&](int64_t, int64_t) { ADD_FAILURE() << "empty range called"; });
 }
 
-// Destroying a pool whose workers sleep (or never ran a job) returns.
-// Chunks taken from the shared counter cover [0, n) exactly once, with chunks of `grain` (the
-// last one shorter), for grains smaller, equal to and larger than n.
-TEST(ThreadPool, ParallelForDynamicCoversRangeOnce) {
+// Guided chunks cover [0, n) exactly once, back to back; a chunk starting at b has size
+// min(n - b, max(min_grain, ceil((n - b) / (2 x threads)))), whichever thread took it, so the
+// boundaries do not depend on timing. min_grain below 1, equal to and larger than n.
+TEST(ThreadPool, ParallelForGuidedChunksShrinkAndCoverOnce) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     for (int64_t n : {0, 1, 7, 1000}) {
-      for (int64_t grain : {0, 1, 3, 64, 5000}) {
-        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-        std::atomic<int> bad_chunks{0};
-        pool.parallel_for_dynamic(n, grain, [&](int64_t b, int64_t e) {
-          const int64_t g = std::max<int64_t>(1, grain);
-          if (b % g != 0 || e - b > g || (e - b < g && e != n) || e <= b) bad_chunks.fetch_add(1);
-          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+      for (int64_t min_grain : {0, 1, 3, 64, 5000}) {
+        std::mutex mu;
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        pool.parallel_for_guided(n, min_grain, [&](int64_t b, int64_t e) {
+          std::lock_guard<std::mutex> lock(mu);
+          chunks.emplace_back(b, e);
         });
-        EXPECT_EQ(bad_chunks.load(), 0) << "threads=" << threads << " n=" << n << " grain=" << grain;
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "i=" << i << " grain=" << grain;
+        std::sort(chunks.begin(), chunks.end());
+        const int64_t g = std::max<int64_t>(1, min_grain), parts = 2 * threads;
+        int64_t at = 0;
+        for (const auto& [b, e] : chunks) {
+          ASSERT_EQ(b, at) << "threads=" << threads << " n=" << n << " min_grain=" << min_grain;
+          EXPECT_EQ(e - b, std::min(n - b, std::max(g, (n - b + parts - 1) / parts)))
+              << "threads=" << threads << " n=" << n << " min_grain=" << min_grain << " b=" << b;
+          at = e;
+        }
+        EXPECT_EQ(at, n) << "threads=" << threads << " min_grain=" << min_grain;
       }
     }
   }
 }
 
+// Destroying a pool whose workers sleep (or never ran a job) returns.
 TEST(ThreadPool, DestroyIdleAndSleeping) {
   { ThreadPool never_used(4); }
   ThreadPool pool(2);

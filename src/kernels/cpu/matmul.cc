@@ -15,7 +15,6 @@
 // run out (run() below). Each y[t, r] is one call-independent dot product, so neither
 // num_tokens, nor the other rows of x, nor the thread count or chunking changes a single bit.
 #include <algorithm>
-#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -38,19 +37,16 @@ static_assert(kPrepareTokens % avx2::kSeqTileTokens == 0 && kPrepareTokens % avx
 // Below this many multiply-adds a matmul is not split across threads.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
-// Work units per chunk handed to a free thread: guided self-scheduling (Polychronopoulos & Kuck,
-// "Guided Self-Scheduling", IEEE Trans. Computers 36(12), 1987): a thread takes 1/(2 x threads) of
-// the units still left, at least min_grain. Large chunks first (few chunk starts, where the weight
+// Work split: ThreadPool::parallel_for_guided (a free thread takes 1/(2 x threads) of the units
+// still left, at least min_grain). Large chunks first (few chunk starts, where the weight
 // stream's prefetch is cold), small ones at the end, so the threads finish together: with ~8
 // equal chunks per thread the last chunk kept one thread streaming alone for up to 1/16 of a
 // decode matmul. Measured on the model 207 Xeon (Q4_0 TinyLlama decode, 2 threads, 20 alternating
-// pairs): 33.0-33.3 against 31.1-31.5 tokens/s (median). A thread whose CPU is slower (another
-// tenant on a shared VM) still takes fewer chunks instead of holding everyone up.
+// pairs): 33.0-33.3 against 31.1-31.5 tokens/s (median).
 // min_grain: 2 tiles for a prefill: the AVX-512 float kernels run 2 tiles x a token tile at once
 // (a single tile's kernel loads a weight vector per 12 FMAs instead of per 24); the other
 // kernels take a tile at a time, where the grain changes nothing but the chunking. (For F16 and
 // BF16 the units are groups of 4 tiles, tile_place: 1 unit.)
-constexpr int64_t kGuidedChunksPerThread = 2;
 
 using RowDot = float (*)(const void* w, const void* xa, int64_t cols);
 
@@ -70,24 +66,13 @@ void oracle_rows(RowDot dot, const WeightView& w, int64_t r0, int64_t r1, const 
   }
 }
 
-void run(const WeightView& w, int64_t units, int64_t macs, ThreadPool* pool, int64_t min_grain,
+void run(int64_t units, int64_t macs, ThreadPool* pool, int64_t min_grain,
          const std::function<void(int64_t, int64_t)>& fn) {
   if (pool == nullptr || pool->num_threads() == 1 || units < 2 || macs < kMinParallelMacs) {
     fn(0, units);
     return;
   }
-  const int64_t parts = kGuidedChunksPerThread * pool->num_threads();
-  std::atomic<int64_t> next{0};
-  pool->run([&](int, int) {
-    int64_t b = next.load(std::memory_order_relaxed);
-    while (b < units) {
-      const int64_t c = std::min(units - b, std::max(min_grain, (units - b + parts - 1) / parts));
-      if (next.compare_exchange_weak(b, b + c, std::memory_order_relaxed)) {  // else b is reloaded
-        fn(b, b + c);
-        b = next.load(std::memory_order_relaxed);
-      }
-    }
-  });
+  pool->parallel_for_guided(units, min_grain, fn);
 }
 
 }  // namespace
@@ -159,7 +144,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
     make(0, num_tokens);
   }
   if (!repacked) {
-    return run(w, rows, macs, pool, 1, [&](int64_t r0, int64_t r1) {
+    return run(rows, macs, pool, 1, [&](int64_t r0, int64_t r1) {
       oracle_rows(row_dot_for(tt, w.isa), w, r0, r1, xa, xa_rb, num_tokens, y);
     });
   }
@@ -170,7 +155,7 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   const int64_t g = tt.tile_group, groups = (tiles + g - 1) / g;
   const int64_t units = groups + (oracle ? 1 : 0);
   const int64_t min_grain = num_tokens > kPrepareTokens ? std::max<int64_t>(1, 2 / g) : 1;
-  run(w, units, macs, pool, min_grain, [&](int64_t u0, int64_t u1) {
+  run(units, macs, pool, min_grain, [&](int64_t u0, int64_t u1) {
     const int64_t t0 = u0 * g, t1 = std::min(u1 * g, tiles);
     if (t0 < t1) kt.tiles(base + t0 * tile_bytes, t1 - t0, xp, cols, num_tokens, y + t0 * kTileRows, rows);
     if (u1 > groups) oracle_rows(kt.row_dot, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
