@@ -4,8 +4,9 @@
 
 namespace pagellm::kernels {
 
-// Prefetches the cache line at p into L1 (prefetcht0) from an instruction outside the loop's
-// code: the loop jumps to it in .text.unlikely, and it jumps straight back. No fault, no result.
+// Prefetches the cache line at p into L1 (prefetcht0; kL2: into L2, prefetcht1) from an
+// instruction outside the loop's code: the loop jumps to it in .text.unlikely, and it jumps
+// straight back. No fault, no result.
 //
 // Pinned: the asm claims to update `order`, a register of the calling quant step (the
 // instruction leaves it as it is), so the compiler keeps the prefetch between that step's
@@ -19,18 +20,26 @@ namespace pagellm::kernels {
 // Q3_K 1.00x; AVX2 Q4_K 1.16x, Q5_K 1.17x, Q6_K 1.22x. An inline jump over nothing, or four
 // nops, beside the inline prefetch gained nothing, and the plain streaming loop of the bandwidth
 // probe and the Q4_0/Q8_0 tiles (a burst of 5 lines per block) read no faster with it, so only
-// these tiles use it. The Intel Xeon VMs have not been measured with it.
-template <class V>
+// these tiles use it. The Intel Xeon VMs have not been measured against the inline prefetch.
+//
+// kL2: prefetcht1 (into L2 only) instead. The AVX-512 tiles use it for fewer than 4 tokens
+// (decode). Model 207 Xeon, alternating bench latency decode runs against T0 everywhere
+// (medians of per-round ratios): Q4_K_M 1.13x over 8 rounds (none slower; 1.00x in 5 more),
+// Q6_K 1.10x over 5; 512-token prefill (its 4-token tiles keep T0) 1.01x with the order of the
+// runs swapped. T1 at every token count as well: decode Q4_K_M 1.04x, Q6_K 1.04x, prefill 0.96x;
+// AVX2 decode 0.99x, so the AVX2 tiles keep T0. On Zen 5 T0 and T1 out of line measured the
+// same (docs/benchmarks.md).
+template <bool kL2 = false, class V>
 __attribute__((always_inline)) inline void prefetch_out_of_line(const void* p, V& order) {
   asm volatile(
       "jmp 3f\n"
       "4:\n"
       ".pushsection .text.unlikely,\"ax\",@progbits\n"
-      "3:\tprefetcht0 %1\n"
+      "3:\tprefetcht%c2 %1\n"  // prefetcht0 or prefetcht1
       "\tjmp 4b\n"
       ".popsection"
       : "+v"(order)
-      : "m"(*static_cast<const char*>(p)));
+      : "m"(*static_cast<const char*>(p)), "i"(kL2 ? 1 : 0));
 }
 
 }  // namespace pagellm::kernels
