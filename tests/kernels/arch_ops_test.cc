@@ -33,7 +33,9 @@ TEST(RopeCosSinScaled, NoFactorsIsRopeCosSinAndFactorsDivideTheAngle) {
   for (int64_t i = 0; i < n_dims / 2; ++i) {
     EXPECT_EQ(scaled[2 * i], std::cos(theta / ff[i])) << i;
     EXPECT_EQ(scaled[2 * i + 1], std::sin(theta / ff[i])) << i;
-    if (ff[i] == 1.0f) EXPECT_EQ(scaled[2 * i], plain[2 * i]) << i;
+    if (ff[i] == 1.0f) {
+      EXPECT_EQ(scaled[2 * i], plain[2 * i]) << i;
+    }
     theta *= theta_scale;
   }
 }

@@ -103,7 +103,7 @@ TEST(KvCacheManager, RandomisedNoLeakNoDoubleHold) {
 }
 
 TEST(KvCache, SizesAndLayerViews) {
-  KvCacheShape s{5, 4, 8, GgmlType::F32};
+  KvCacheShape s{5, 4, 8, GgmlType::F32, {}};
   EXPECT_EQ(s.bytes_per_token(), 2 * 5 * 4 * 8 * 4);
   KvCache kv(s, 3, 16);
   EXPECT_EQ(kv.bytes(), 3 * 16 * s.bytes_per_token());
@@ -112,7 +112,7 @@ TEST(KvCache, SizesAndLayerViews) {
   EXPECT_EQ(static_cast<uint8_t*>(l4.v) + 3 * 16 * 4 * 8 * 4 - static_cast<uint8_t*>(l0.k), kv.bytes());
   EXPECT_EQ(l0.num_slots, 48);
   EXPECT_EQ(KvCache::blocks_for_bytes(s, 16, 16 * s.bytes_per_token() * 2 + 5), 2);
-  EXPECT_THROW(KvCache(KvCacheShape{1, 1, 8, GgmlType::Q8_0}, 1, 16), Error);
+  EXPECT_THROW(KvCache(KvCacheShape{1, 1, 8, GgmlType::Q8_0, {}}, 1, 16), Error);
 }
 
 }  // namespace
