@@ -95,7 +95,7 @@ void kq_tile(const uint8_t* tile, const void* xv, int64_t xs, int64_t nb, float*
 #pragma GCC unroll 8
       for (int j = 0; j < D::kSub / 4; ++j) {
         if (const int64_t line = 64 * (s * (D::kSub / 4) + j); line < kGroup) {
-          prefetch_out_of_line<(M < 4)>(g + kPrefetchBytes + line, a[0]);
+          prefetch_out_of_line<(M < kMaxTileTokens)>(g + kPrefetchBytes + line, a[0]);
         }
         const __m512i u = D::quants(v, g, s, j);
         for (int k = 0; k < M; ++k) {

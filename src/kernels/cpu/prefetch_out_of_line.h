@@ -22,8 +22,8 @@ namespace pagellm::kernels {
 // probe and the Q4_0/Q8_0 tiles (a burst of 5 lines per block) read no faster with it, so only
 // these tiles use it. The Intel Xeon VMs have not been measured against the inline prefetch.
 //
-// kL2: prefetcht1 (into L2 only) instead. The AVX-512 tiles use it for fewer than 4 tokens
-// (decode). Model 207 Xeon, alternating bench latency decode runs against T0 everywhere
+// kL2: prefetcht1 (into L2 only) instead. The AVX-512 tiles use it below a full token tile
+// (kq::kMaxTileTokens = 4 tokens; decode). Model 207 Xeon, alternating bench latency decode runs against T0 everywhere
 // (medians of per-round ratios): Q4_K_M 1.13x over 8 rounds (none slower; 1.00x in 5 more),
 // Q6_K 1.10x over 5; 512-token prefill (its 4-token tiles keep T0) 1.01x with the order of the
 // runs swapped. T1 at every token count as well: decode Q4_K_M 1.04x, Q6_K 1.04x, prefill 0.96x;
