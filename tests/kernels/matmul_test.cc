@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/kernels_r16.h"
 #include "kernels_test_util.h"
 
 namespace pagellm::kernels {
@@ -385,6 +387,52 @@ TEST(Isa, ProbeAgreesWithProcCpuinfo) {
     }
   }
   EXPECT_EQ(cpu_isa(), want) << isa_name(cpu_isa()) << " vs " << isa_name(want);
+  // AMX: the same two flags (the Linux kernel lists them only when it supports the state), unless
+  // switched off; then the Q8_0 prompt tests above ran on the AMX tile.
+  const char* no_amx = std::getenv("PAGELLM_NO_AMX");
+  const char* no_avx512 = std::getenv("PAGELLM_NO_AVX512");
+  const bool off = (no_amx != nullptr && std::string(no_amx) != "" && std::string(no_amx) != "0") ||
+                   (no_avx512 != nullptr && std::string(no_avx512) != "" && std::string(no_avx512) != "0");
+  EXPECT_EQ(amx_int8_usable(), !off && want >= Isa::kAvx512Vnni && has("amx_tile") && has("amx_int8"));
+  std::printf("amx_int8_usable: %d\n", amx_int8_usable() ? 1 : 0);
+}
+
+// The AMX Q8_0 tiles (16 tokens x up to 3 weight tiles per step) give the VNNI tile's bits, on
+// block counts that leave the software pipeline an odd or a single block, 1 to 7 tiles (groups
+// of 3 and what is left) and 1 or 2 runs of 16 tokens, with tokens kept apart by a stride.
+TEST(Matmul, AmxQ8TilesGiveTheVnniTileBits) {
+  if (!amx_int8_usable()) GTEST_SKIP() << "no AMX-INT8 here (or PAGELLM_NO_AMX): the tile never runs";
+  Rng rng(77);
+  for (int64_t nb : {1, 2, 3, 64, 65}) {
+    for (int64_t tiles : {1, 2, 3, 4, 7}) {
+      const int64_t cols = 32 * nb, rows = 16 * tiles;
+      const TestWeights w = make_weights(GgmlType::Q8_0, rows, cols, rng);
+      WeightView v = w.view();
+      v.isa = Isa::kAvx512Vnni;
+      std::vector<uint8_t> packed(w.bytes.size());
+      repack_weight(v, packed.data(), nullptr);
+      const int64_t tile_bytes = 16 * v.row_bytes(), tokens = 32, xs = nb + 3;
+      std::vector<float> x = rng.vec(tokens * cols);
+      std::vector<BlockQ8_0> xq(static_cast<size_t>(tokens * nb));
+      quantize_activations_q8_0(x.data(), tokens, cols, xq.data(), Isa::kScalar);
+      std::vector<r16::XBlock> xb(static_cast<size_t>(tokens * xs));
+      for (int64_t t = 0; t < tokens; ++t) r16::prepare(GgmlType::Q8_0, xq.data() + t * nb, nb, xb.data() + t * xs);
+      const int64_t ys = rows + 5;
+      std::vector<float> y_amx(tokens * ys, -1.0f), y_vnni(tokens * ys, -1.0f);
+      r16::dot_q8_0_tiles16_amx(packed.data(), tiles, tile_bytes, xb.data(), xs, nb, tokens / 16, y_amx.data(), ys);
+      float out[16 * r16::kMaxTileTokens];
+      for (int64_t i = 0; i < tiles; ++i) {
+        for (int64_t t0 = 0; t0 < tokens; t0 += r16::kMaxTileTokens) {
+          r16::dot_q8_0_tile_avx512(packed.data() + i * tile_bytes, xb.data() + t0 * xs, xs, nb, r16::kMaxTileTokens,
+                                    out);
+          for (int k = 0; k < r16::kMaxTileTokens; ++k) {
+            std::memcpy(y_vnni.data() + (t0 + k) * ys + 16 * i, out + 16 * k, 16 * sizeof(float));
+          }
+        }
+      }
+      ASSERT_EQ(std::memcmp(y_amx.data(), y_vnni.data(), y_amx.size() * 4), 0) << "nb " << nb << " tiles " << tiles;
+    }
+  }
 }
 
 // Which tiles each ISA gets: BF16 alone has a set for AVX512_BF16; the other types keep their

@@ -6,6 +6,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace pagellm::kernels {
 namespace {
@@ -72,6 +76,23 @@ const char* isa_name(Isa isa) {
     case Isa::kAvx512Bf16: return "avx512bf16";
   }
   return "?";
+}
+
+bool amx_int8_usable() {
+  static const bool usable = [] {
+#if defined(__x86_64__) && defined(__linux__)
+    if (env_flag("PAGELLM_NO_AMX") || env_flag("PAGELLM_NO_AVX512") || cpu_isa() < Isa::kAvx512Vnni) return false;
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
+    // ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): without it TILELOADD faults.
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
 }
 
 Isa cpu_isa() {

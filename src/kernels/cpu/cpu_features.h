@@ -1,7 +1,8 @@
 // The instruction set the kernels run on, chosen once (docs/design.md, "Kernel table").
 //
 // Files named *_avx2.cc are compiled for AVX2/FMA/F16C, *_avx512.cc for AVX-512 F/BW/VL/DQ,
-// *_avx512vnni.cc for those plus VNNI and *_avx512bf16.cc plus AVX512_BF16 (CMakeLists.txt);
+// *_avx512vnni.cc for those plus VNNI, *_avx512bf16.cc plus AVX512_BF16 and *_amx.cc VNNI plus
+// AMX-TILE/AMX-INT8 (entered only when amx_int8_usable()) (CMakeLists.txt);
 // everything else targets baseline x86-64.
 // A kernel enters a file compiled for an ISA only when the Isa value it was given allows it:
 // nothing here is global state that changes after start-up, so a test can run every ISA the CPU
@@ -36,6 +37,13 @@ Isa default_isa();
 // min(cpu, the caps of the two flags, and kAvx512Vnni unless bf16_dot_pays): the rule of
 // default_isa(), as a pure function.
 Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512, bool bf16_dot_pays = true);
+
+// AMX-TILE and AMX-INT8 (CPUID leaf 7, sub-leaf 0, EDX bits 24 and 25) with the tile data state
+// granted to this process by Linux (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, the kernel's
+// Documentation/arch/x86/xstate.rst), and neither PAGELLM_NO_AMX nor PAGELLM_NO_AVX512 set;
+// probed once. Not an Isa level: it adds one tile (the Q8_0 prompt tile, 16 tokens at once,
+// matmul_r16_amx.cc) to kAvx512Vnni and above, with the bits of the tile it replaces.
+bool amx_int8_usable();
 
 // Every Isa from kScalar up to cpu_isa(), ascending: what a test may run here.
 std::vector<Isa> usable_isas();

@@ -148,20 +148,32 @@ void r16_prepare(const float*, const void* xa, int64_t num_tokens, int64_t cols,
 }
 
 using R16Tile = void (*)(const void* tile, const r16::XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
+using R16Amx = void (*)(const void* w, int64_t tiles, int64_t tile_bytes, const r16::XBlock* x, int64_t x_stride,
+                        int64_t nb, int64_t runs, float* y, int64_t y_stride);
 
-// Every tile x token tiles of up to r16::kMaxTileTokens (the tile's weights stay in cache).
-template <GgmlType T, R16Tile kDot>
+// Every tile x token tiles of up to r16::kMaxTileTokens (the tile's weights stay in cache); with
+// kAmx (AVX-512 row) and amx_int8_usable(), the tokens up to the last multiple of 16 on AMX,
+// r16::kAmxTiles tiles at a time (then the rest of the tokens on those tiles, while they are in cache).
+template <GgmlType T, R16Tile kDot, R16Amx kAmx>
 void r16_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y, int64_t ys) {
   const int64_t nb = cols / kQK8_0, tile_bytes = kTileRows * row_size_bytes(T, cols);
   const auto* xb = static_cast<const r16::XBlock*>(xp);
+  const bool amx = kAmx != nullptr && num_tokens >= r16::kAmxTokens && amx_int8_usable();
+  const int64_t amx_tokens = amx ? num_tokens / r16::kAmxTokens * r16::kAmxTokens : 0;
+  const int64_t step = amx ? r16::kAmxTiles : 1;
   float out[kTileRows * r16::kMaxTileTokens];
-  for (int64_t i = 0; i < tiles; ++i) {
-    const uint8_t* tile = static_cast<const uint8_t*>(w) + i * tile_bytes;
-    for (int64_t t0 = 0; t0 < num_tokens; t0 += r16::kMaxTileTokens) {
-      const int m = static_cast<int>(std::min<int64_t>(r16::kMaxTileTokens, num_tokens - t0));
-      kDot(tile, xb + t0 * nb, nb, nb, m, out);
-      for (int k = 0; k < m; ++k) {
-        std::memcpy(y + (t0 + k) * ys + i * kTileRows, out + k * kTileRows, kTileRows * sizeof(float));
+  for (int64_t i0 = 0; i0 < tiles; i0 += step) {
+    const int64_t i1 = std::min(tiles, i0 + step);
+    const uint8_t* tile0 = static_cast<const uint8_t*>(w) + i0 * tile_bytes;
+    if (amx) kAmx(tile0, i1 - i0, tile_bytes, xb, nb, nb, amx_tokens / r16::kAmxTokens, y + i0 * kTileRows, ys);
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint8_t* tile = static_cast<const uint8_t*>(w) + i * tile_bytes;
+      for (int64_t t0 = amx_tokens; t0 < num_tokens; t0 += r16::kMaxTileTokens) {
+        const int m = static_cast<int>(std::min<int64_t>(r16::kMaxTileTokens, num_tokens - t0));
+        kDot(tile, xb + t0 * nb, nb, nb, m, out);
+        for (int k = 0; k < m; ++k) {
+          std::memcpy(y + (t0 + k) * ys + i * kTileRows, out + k * kTileRows, kTileRows * sizeof(float));
+        }
       }
     }
   }
@@ -209,7 +221,7 @@ void r16_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row, int6
   }
 }
 
-template <GgmlType T, R16Tile kAvx2, R16Tile kAvx512>
+template <GgmlType T, R16Tile kAvx2, R16Tile kAvx512, R16Amx kAmx>
 constexpr KernelTraits quant_row() {
   KernelTraits t;
   t.type = T;
@@ -222,8 +234,8 @@ constexpr KernelTraits quant_row() {
   t.repack_tile = r16_repack_tile<T>;
   t.unpack_row = r16_unpack_row<T>;
   t.avx512_needs = Isa::kAvx512Vnni;
-  t.avx2 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx2>, blocksum_dot_avx2<T>};
-  t.avx512 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx512>, blocksum_dot_avx2<T>};
+  t.avx2 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx2, nullptr>, blocksum_dot_avx2<T>};
+  t.avx512 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx512, kAmx>, blocksum_dot_avx2<T>};
   return t;
 }
 
@@ -259,8 +271,9 @@ constexpr KernelTraits unpacked_row() {
 const KernelTraits kF32 = float_row<GgmlType::F32, 4>();
 const KernelTraits kF16 = float_row<GgmlType::F16, 2>();
 const KernelTraits kBF16 = float_row<GgmlType::BF16, 2>();
-const KernelTraits kQ8_0 = quant_row<GgmlType::Q8_0, r16::dot_q8_0_tile_avx2, r16::dot_q8_0_tile_avx512>();
-const KernelTraits kQ4_0 = quant_row<GgmlType::Q4_0, r16::dot_q4_0_tile_avx2, r16::dot_q4_0_tile_avx512>();
+const KernelTraits kQ8_0 =
+    quant_row<GgmlType::Q8_0, r16::dot_q8_0_tile_avx2, r16::dot_q8_0_tile_avx512, r16::dot_q8_0_tiles16_amx>();
+const KernelTraits kQ4_0 = quant_row<GgmlType::Q4_0, r16::dot_q4_0_tile_avx2, r16::dot_q4_0_tile_avx512, nullptr>();
 
 // ---- the same arithmetic on repacked tiles (kernels_kq.h) ---------------------------------------
 // Activations: q8_K rows as they are (super-block types), or q8_0 blocks with their sums.

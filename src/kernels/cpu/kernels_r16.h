@@ -1,7 +1,7 @@
 // Internal to src/kernels/cpu: the repacked Q8_0 / Q4_0 layout (WeightLayout::kRepacked16, made
-// by repack.cc) and its matmul tiles, one per ISA with the same bits: matmul_r16_avx512.cc
-// (VPDPBUSD, AVX-512 VNNI CPUs) and matmul_r16_avx2.cc (VPMADDUBSW + VPMADDWD, AVX2 CPUs). No
-// intrinsic types appear here.
+// by repack.cc) and its matmul tiles, one per ISA with the same bits: matmul_r16_avx512vnni.cc
+// (VPDPBUSD, AVX-512 VNNI CPUs) and matmul_r16_avx2.cc (VPMADDUBSW + VPMADDWD, AVX2 CPUs), and
+// for Q8_0 prompts matmul_r16_amx.cc (TDPBSUD, 16 tokens at once). No intrinsic types appear here.
 //
 // Rows in tiles of kRows = 16; tile i (rows 16i .. 16i + 15) occupies the bytes of those 16 GGUF
 // rows, block by block: for block b, a group of
@@ -44,5 +44,14 @@ void dot_q4_0_tile_avx512(const void* tile, const XBlock* x, int64_t x_stride, i
 void dot_q8_0_tile_avx512(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q4_0_tile_avx2(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q8_0_tile_avx2(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
+
+// Q8_0 only: `tiles` consecutive tiles (tile_bytes apart) x `runs` runs of 16 tokens on
+// AMX-INT8 (matmul_r16_amx.cc; only when amx_int8_usable() and the Isa is kAvx512Vnni or above):
+// run i is tokens 16 i .. 16 i + 15, token k's blocks at x + k * x_stride; y[k * y_stride + 16 t +
+// r] = row r of tile t . token k (the bits of the tiles above).
+constexpr int kAmxTokens = 16;
+constexpr int kAmxTiles = 3;  // weight tiles per step (one A tile, three C tiles)
+void dot_q8_0_tiles16_amx(const void* w, int64_t tiles, int64_t tile_bytes, const XBlock* x, int64_t x_stride,
+                          int64_t nb, int64_t runs, float* y, int64_t y_stride);
 
 }  // namespace pagellm::kernels::r16
