@@ -13,7 +13,7 @@
 // batch (tests/kernels/matmul_test.cc).
 //
 // Q8_0 only: Q4_0's weights would have to be unpacked to bytes for every block, and on the model
-// 207 Xeon that made its prompts 5% slower than the VNNI tile (docs/benchmarks.md).
+// 207 Xeon that made its prompts 5-6% slower than the VNNI tile (docs/benchmarks.md).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
