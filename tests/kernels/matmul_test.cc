@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -395,6 +396,17 @@ TEST(Isa, ProbeAgreesWithProcCpuinfo) {
                    (no_avx512 != nullptr && std::string(no_avx512) != "" && std::string(no_avx512) != "0");
   EXPECT_EQ(amx_int8_usable(), !off && want >= Isa::kAvx512Vnni && has("amx_tile") && has("amx_int8"));
   std::printf("amx_int8_usable: %d\n", amx_int8_usable() ? 1 : 0);
+}
+
+// amx_int8_usable()'s guard: a faulting instruction (ud2, SIGILL) makes it false, not a crash,
+// and the process's handler is back afterwards.
+TEST(Isa, SigillIsCaughtByTheProbeGuard) {
+  EXPECT_FALSE(run_catching_sigill(+[]() -> bool { __builtin_trap(); }));
+  EXPECT_TRUE(run_catching_sigill(+[] { return true; }));
+  EXPECT_FALSE(run_catching_sigill(+[] { return false; }));
+  struct sigaction now = {};
+  sigaction(SIGILL, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
 // The AMX Q8_0 tiles (16 tokens x up to 3 weight tiles per step) give the VNNI tile's bits, on

@@ -1,8 +1,13 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <algorithm>
+#include <csetjmp>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+
+#include "kernels/cpu/kernels_r16.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -78,6 +83,34 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
+namespace {
+sigjmp_buf* g_sigill_jump = nullptr;
+void on_sigill(int /*signal*/) { siglongjmp(*g_sigill_jump, 1); }
+}  // namespace
+
+bool run_catching_sigill(bool (*f)()) {
+  static std::mutex mu;
+  const std::lock_guard<std::mutex> lock(mu);
+  sigjmp_buf jump;
+  g_sigill_jump = &jump;
+  struct sigaction sa = {};
+  struct sigaction old = {};
+  sa.sa_handler = on_sigill;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGILL, &sa, &old) != 0) return false;
+  auto restore = [&] {
+    sigaction(SIGILL, &old, nullptr);
+    g_sigill_jump = nullptr;
+  };
+  if (sigsetjmp(jump, 1) != 0) {  // f faulted
+    restore();
+    return false;
+  }
+  const bool ok = f();
+  restore();
+  return ok;
+}
+
 bool amx_int8_usable() {
   static const bool usable = [] {
 #if defined(__x86_64__) && defined(__linux__)
@@ -87,7 +120,11 @@ bool amx_int8_usable() {
     if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
     // ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): without it TILELOADD faults.
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+    // A VM can list the flags and grant the permission yet fault on the first tile instruction
+    // (llama.cpp's AMX build died so on a VM of the model 207 kind once, docs/benchmarks.md): one
+    // known multiply, under a SIGILL guard, decides.
+    return run_catching_sigill(r16::amx_self_test);
 #else
     return false;
 #endif

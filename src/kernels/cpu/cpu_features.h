@@ -40,10 +40,14 @@ Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512, bool bf16_dot_pays = true);
 
 // AMX-TILE and AMX-INT8 (CPUID leaf 7, sub-leaf 0, EDX bits 24 and 25) with the tile data state
 // granted to this process by Linux (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, the kernel's
-// Documentation/arch/x86/xstate.rst), and neither PAGELLM_NO_AMX nor PAGELLM_NO_AVX512 set;
-// probed once. Not an Isa level: it adds one tile (the Q8_0 prompt tile, 16 tokens at once,
+// Documentation/arch/x86/xstate.rst), a tile multiply that runs and gives the right sums, and neither PAGELLM_NO_AMX
+// nor PAGELLM_NO_AVX512 set; probed once. Not an Isa level: it adds one tile (the Q8_0 prompt tile, 16 tokens at once,
 // matmul_r16_amx.cc) to kAvx512Vnni and above, with the bits of the tile it replaces.
 bool amx_int8_usable();
+
+// f() with SIGILL caught: f's result, or false if an instruction in it faulted (the process's
+// SIGILL handler is replaced meanwhile; one call at a time). amx_int8_usable()'s last check.
+bool run_catching_sigill(bool (*f)());
 
 // Every Isa from kScalar up to cpu_isa(), ascending: what a test may run here.
 std::vector<Isa> usable_isas();

@@ -51,6 +51,9 @@ void dot_q8_0_tile_avx2(const void* tile, const XBlock* x, int64_t x_stride, int
 // r] = row r of tile t . token k (the bits of the tiles above).
 constexpr int kAmxTokens = 16;
 constexpr int kAmxTiles = 3;  // weight tiles per step (one A tile, three C tiles)
+// One tile multiply of known bytes, its sums checked (matmul_r16_amx.cc): the last check of
+// amx_int8_usable(), which runs it under run_catching_sigill.
+bool amx_self_test();
 void dot_q8_0_tiles16_amx(const void* w, int64_t tiles, int64_t tile_bytes, const XBlock* x, int64_t x_stride,
                           int64_t nb, int64_t runs, float* y, int64_t y_stride);
 

@@ -146,6 +146,36 @@ void tiles16(const void* w, int64_t tiles, int64_t tile_bytes, const XBlock* x, 
 
 }  // namespace
 
+bool amx_self_test() {
+  // 16 tokens x one 8-row block of weights: a[k][i] = k - i, w[n][i] = n + 2 i (unsigned), so
+  // sum_i (k - i) (n + 2 i) for i in 0 .. 31.
+  alignas(64) int8_t a[kTokens][32];
+  alignas(64) uint8_t w[8][64];
+  alignas(64) int32_t c[kTokens * 16];
+  for (int k = 0; k < kTokens; ++k) {
+    for (int i = 0; i < 32; ++i) a[k][i] = static_cast<int8_t>(k - i);
+  }
+  for (int n = 0; n < 16; ++n) {
+    for (int i = 0; i < 32; ++i) w[i / 4][4 * n + i % 4] = static_cast<uint8_t>(n + 2 * i);
+  }
+  static const TileConfig config = make_config();
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_loadd(4, a, 32);
+  _tile_loadd(5, w, 64);
+  _tile_dpbsud(0, 4, 5);
+  _tile_stored(0, c, 64);
+  _tile_release();
+  for (int k = 0; k < kTokens; ++k) {
+    for (int n = 0; n < 16; ++n) {
+      int32_t want = 0;
+      for (int i = 0; i < 32; ++i) want += (k - i) * (n + 2 * i);
+      if (c[k * 16 + n] != want) return false;
+    }
+  }
+  return true;
+}
+
 void dot_q8_0_tiles16_amx(const void* w, int64_t tiles, int64_t tile_bytes, const XBlock* x, int64_t xs, int64_t nb,
                           int64_t runs, float* y, int64_t ys) {
   tiles16(w, tiles, tile_bytes, x, xs, nb, runs, y, ys);
