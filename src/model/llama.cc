@@ -51,6 +51,9 @@ const float* LlamaModel::bind_norm(const GgufFile& f, const std::string& name, i
 LlamaModel::LlamaModel(const GgufFile& f, ThreadPool* pool, kernels::Isa isa)
     : config_(LlamaConfig::from_gguf(f)), pool_(pool), isa_(isa) {
   PAGELLM_CHECK(isa <= kc::cpu_isa(), std::string("LlamaModel: isa ") + kc::isa_name(isa) + " is not on this CPU");
+  // The AMX probe swaps the process's SIGILL handler for a moment: here, on the loading thread,
+  // not in the first prompt's matmul workers.
+  if (isa >= kc::Isa::kAvx512Vnni) kc::amx_int8_usable();
   const LlamaConfig& c = config_;
   // Row lookups (kc::get_row, either layout); also the LM head when the embeddings are tied.
   token_embd_ = bind(f, "token_embd.weight", c.vocab_size, c.hidden_size, /*for_matmul=*/c.tie_word_embeddings);

@@ -1,6 +1,9 @@
 #include "kernels/cpu/cpu_features.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <csetjmp>
 #include <csignal>
 #include <cstdlib>
@@ -84,28 +87,40 @@ const char* isa_name(Isa isa) {
 }
 
 namespace {
-sigjmp_buf* g_sigill_jump = nullptr;
-void on_sigill(int /*signal*/) { siglongjmp(*g_sigill_jump, 1); }
+// run_catching_sigill's state: the jump target, the thread that set it, the handler to restore.
+std::atomic<sigjmp_buf*> g_sigill_jump{nullptr};
+pthread_t g_sigill_owner;
+struct sigaction g_sigill_old = {};
+
+void on_sigill(int /*signal*/) {
+  sigjmp_buf* jump = g_sigill_jump.load();
+  if (jump == nullptr || pthread_equal(pthread_self(), g_sigill_owner) == 0) {
+    // Another thread's fault: the old handler back, and the instruction faults again into it.
+    sigaction(SIGILL, &g_sigill_old, nullptr);
+    return;
+  }
+  siglongjmp(*jump, 1);
+}
 }  // namespace
 
 bool run_catching_sigill(bool (*f)()) {
   static std::mutex mu;
   const std::lock_guard<std::mutex> lock(mu);
   sigjmp_buf jump;
-  g_sigill_jump = &jump;
   struct sigaction sa = {};
-  struct sigaction old = {};
   sa.sa_handler = on_sigill;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGILL, &sa, &old) != 0) return false;
+  g_sigill_owner = pthread_self();
+  if (sigaction(SIGILL, &sa, &g_sigill_old) != 0) return false;
   auto restore = [&] {
-    sigaction(SIGILL, &old, nullptr);
-    g_sigill_jump = nullptr;
+    g_sigill_jump.store(nullptr);
+    sigaction(SIGILL, &g_sigill_old, nullptr);
   };
   if (sigsetjmp(jump, 1) != 0) {  // f faulted
     restore();
     return false;
   }
+  g_sigill_jump.store(&jump);
   const bool ok = f();
   restore();
   return ok;

@@ -6,7 +6,9 @@
 // everything else targets baseline x86-64.
 // A kernel enters a file compiled for an ISA only when the Isa value it was given allows it:
 // nothing here is global state that changes after start-up, so a test can run every ISA the CPU
-// has, side by side, by passing each value explicitly.
+// has, side by side, by passing each value explicitly. The one exception is AMX
+// (amx_int8_usable(), probed once): where it is usable, Q8_0 prompts on kAvx512Vnni and above
+// run its tile, with the same bits; only PAGELLM_NO_AMX, read once, turns it off.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +47,10 @@ Isa limit_isa(Isa cpu, bool no_avx2, bool no_avx512, bool bf16_dot_pays = true);
 // matmul_r16_amx.cc) to kAvx512Vnni and above, with the bits of the tile it replaces.
 bool amx_int8_usable();
 
-// f() with SIGILL caught: f's result, or false if an instruction in it faulted (the process's
-// SIGILL handler is replaced meanwhile; one call at a time). amx_int8_usable()'s last check.
+// f() with SIGILL caught: f's result, or false if an instruction in it faulted. The process's
+// SIGILL handler is replaced meanwhile (one call at a time); a SIGILL of another thread in that
+// window restores it and faults again into it. amx_int8_usable()'s last check, which LlamaModel
+// runs at load, on the loading thread, so that no matmul worker swaps the handler.
 bool run_catching_sigill(bool (*f)());
 
 // Every Isa from kScalar up to cpu_isa(), ascending: what a test may run here.

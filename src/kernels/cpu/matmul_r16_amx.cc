@@ -109,6 +109,10 @@ void run16(const uint8_t* tile, int64_t tile_bytes, const XBlock* x, int64_t xs,
   const int64_t a_stride = xs * static_cast<int64_t>(sizeof(XBlock));
   const uint8_t* g[kMaxTiles];
   const uint8_t* g_prev[kMaxTiles];
+  if (nb == 0) {  // no blocks: zeros, as the VNNI tile gives
+    for (int k = 0; k < kTokens; ++k) std::memset(y + k * ys, 0, 16 * kNt * sizeof(float));
+    return;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     for (int j = 0; j < kNt; ++j) g[j] = tile + j * tile_bytes + b * kGroupBytes;
     _tile_loadd(4, x[b].qs, a_stride);
@@ -160,6 +164,8 @@ bool amx_self_test() {
   }
   static const TileConfig config = make_config();
   _tile_loadconfig(&config);
+  // GCC 12's TILELOADD asm names no memory input: the stores above must happen first.
+  asm volatile("" ::: "memory");
   _tile_zero(0);
   _tile_loadd(4, a, 32);
   _tile_loadd(5, w, 64);
