@@ -309,13 +309,14 @@ TEST(Attention, HeadPairsEqualOneHeadAtATime) {
   }
 }
 
-// With AVX2 (F32 cache, head_dim % 32 == 0, no window) a sequence with >= 4 tokens in the batch
-// runs in blocks of 16 tokens whose query heads share each key tile, transposed (lane = key: 8
-// keys per vector on AVX2, 16 on AVX-512). The output equals the reference bit for bit: head
-// sizes whose p . V is paired on AVX-512 (32, 96) and not (256), odd and even groups, a 70-token
-// prefill (block and tile edges, a partial last block), a 5-token chunk after 60 cached keys
-// (blocked) next to a 3-token chunk (per token) and a decode token, 1 and 3 threads, shuffled
-// block tables.
+// With AVX2 (F32 cache, head_dim % 32 == 0, no window) a sequence whose tokens in the batch x the
+// query heads per kv head make >= 4 query rows runs in blocks of 16 tokens whose query heads
+// share each key tile, transposed (lane = key: 8 keys per vector on AVX2, 16 on AVX-512). The
+// output equals the reference bit for bit: head sizes whose p . V is paired on AVX-512 (32, 96)
+// and not (256), odd and even groups, a 70-token prefill (block and tile edges, a partial last
+// block), a 5-token chunk after 60 cached keys (blocked), a 3-token chunk (per token with 1 head
+// per kv head, blocked with 3 or 4) and a decode token (blocked with 4 heads per kv head), 1 and 3
+// threads, shuffled block tables.
 TEST(Attention, QueryBlocksEqualTheReference) {
   Workspace ws;
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: every token is attended alone";
@@ -334,9 +335,11 @@ TEST(Attention, QueryBlocksEqualTheReference) {
         if (isa < Isa::kAvx2) continue;
         KvLayerView kv = f.kv;
         kv.isa = isa;
-        // 6 blocks (5 of the prefill, 1 of the 5-token chunk) x 2 kv heads, >= 2 per thread.
-        ASSERT_EQ(paged_attention_block_units(kv, b.view(f), nullptr), 12);
-        ASSERT_EQ(paged_attention_block_units(kv, b.view(f), &pool), 12);
+        // 6 blocks (5 of the prefill, 1 of the 5-token chunk), + 1 for the 3-token chunk with 3 or
+        // 4 heads per kv head, + 1 for the decode token with 4; x 2 kv heads, >= 2 per thread.
+        const int64_t units = 2 * (6 + (group >= 3 ? 1 : 0) + (group >= 4 ? 1 : 0));
+        ASSERT_EQ(paged_attention_block_units(kv, b.view(f), num_heads, nullptr), units);
+        ASSERT_EQ(paged_attention_block_units(kv, b.view(f), num_heads, &pool), units);
         std::vector<float> one(q.size()), three(q.size());
         paged_attention(q.data(), kv, b.view(f), num_heads, scale, one.data(), nullptr, ws);
         paged_attention(q.data(), kv, b.view(f), num_heads, scale, three.data(), &pool, ws);
@@ -351,7 +354,8 @@ TEST(Attention, QueryBlocksEqualTheReference) {
 
 // Too few blocks to keep the threads busy (a 16-token chunk, one kv head, 3 threads: 1 unit)
 // falls back to one token at a time; the same bits as the reference either way. Not on a F16
-// cache, a head size that is no multiple of 32, or with a sliding window.
+// cache, a head size that is no multiple of 32, with a sliding window, or for a decode token with
+// fewer than 4 query heads per kv head.
 TEST(Attention, QueryBlocksOnlyWhereTheyPay) {
   Workspace ws;
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: every token is attended alone";
@@ -359,26 +363,31 @@ TEST(Attention, QueryBlocksOnlyWhereTheyPay) {
   ThreadPool pool(3);
   Fixture f(GgmlType::F32, 1, 64, 16, {40}, rng);
   const Batch b = make_batch(f, {24});
-  EXPECT_EQ(paged_attention_block_units(f.kv, b.view(f), &pool), 0);
-  EXPECT_EQ(paged_attention_block_units(f.kv, b.view(f), nullptr), 0);  // 1 unit < 2
+  EXPECT_EQ(paged_attention_block_units(f.kv, b.view(f), 4, &pool), 0);
+  EXPECT_EQ(paged_attention_block_units(f.kv, b.view(f), 4, nullptr), 0);  // 1 unit < 2
   const Batch whole = make_batch(f, {0});  // 3 blocks: enough for one thread, not for three
-  EXPECT_EQ(paged_attention_block_units(f.kv, whole.view(f), nullptr), 3);
-  EXPECT_EQ(paged_attention_block_units(f.kv, whole.view(f), &pool), 0);
+  EXPECT_EQ(paged_attention_block_units(f.kv, whole.view(f), 4, nullptr), 3);
+  EXPECT_EQ(paged_attention_block_units(f.kv, whole.view(f), 4, &pool), 0);
   const std::vector<float> q = rng.vec(b.num_tokens() * 4 * 64);
   std::vector<float> ref(q.size()), fast(q.size());
   paged_attention_ref(q.data(), f.kv, b.view(f), 4, 0.125f, ref.data());
   paged_attention(q.data(), f.kv, b.view(f), 4, 0.125f, fast.data(), &pool, ws);
   EXPECT_EQ(std::memcmp(fast.data(), ref.data(), q.size() * 4), 0);
   Fixture f16(GgmlType::F16, 2, 64, 16, {70}, rng);
-  EXPECT_EQ(paged_attention_block_units(f16.kv, make_batch(f16, {0}).view(f16), nullptr), 0);
+  EXPECT_EQ(paged_attention_block_units(f16.kv, make_batch(f16, {0}).view(f16), 4, nullptr), 0);
   Fixture f40(GgmlType::F32, 2, 40, 16, {70}, rng);
-  EXPECT_EQ(paged_attention_block_units(f40.kv, make_batch(f40, {0}).view(f40), nullptr), 0);
+  EXPECT_EQ(paged_attention_block_units(f40.kv, make_batch(f40, {0}).view(f40), 4, nullptr), 0);
   Fixture f64(GgmlType::F32, 2, 64, 16, {70}, rng);
   const Batch b64 = make_batch(f64, {0});
-  EXPECT_EQ(paged_attention_block_units(f64.kv, b64.view(f64), nullptr), 10);
+  EXPECT_EQ(paged_attention_block_units(f64.kv, b64.view(f64), 4, nullptr), 10);
   AttentionBatch windowed = b64.view(f64);
   windowed.sliding_window = 32;
-  EXPECT_EQ(paged_attention_block_units(f64.kv, windowed, nullptr), 0);
+  EXPECT_EQ(paged_attention_block_units(f64.kv, windowed, 4, nullptr), 0);
+  // A decode token (1 query row per head) runs in a block only with >= 4 query heads per kv head:
+  // 3 rows share too little to pay for the transposed key tile.
+  const Batch decode = make_batch(f64, {69});
+  EXPECT_EQ(paged_attention_block_units(f64.kv, decode.view(f64), 6, nullptr), 0);
+  EXPECT_EQ(paged_attention_block_units(f64.kv, decode.view(f64), 8, nullptr), 2);
 }
 
 // The transposed key tile and its scores: each score equals avx2::dot_f32(key, q) times the scale,

@@ -213,10 +213,12 @@ void paged_attention(const float* q, const KvLayerView& kv, const AttentionBatch
                      float* out, ThreadPool* pool, Workspace& ws);
 void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
                          float scale, float* out);
-// How many (block of 16 tokens, kv head) units paged_attention runs for this batch on `pool`, the
-// prefill path whose query heads share each key tile (attention.cc, run_query_block); 0 when every
+// How many (block of 16 tokens, kv head) units paged_attention runs for this batch with num_heads
+// query heads on `pool`: the path whose query heads share each key tile (attention.cc,
+// run_query_block; a prefill, or decode tokens with >= 4 query heads per kv head); 0 when every
 // token is attended alone. The same bits either way; for tests and tuning. Checks as
 // paged_attention (aborts).
-int64_t paged_attention_block_units(const KvLayerView& kv, const AttentionBatch& batch, const ThreadPool* pool);
+int64_t paged_attention_block_units(const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
+                                    const ThreadPool* pool);
 
 }  // namespace pagellm::kernels
