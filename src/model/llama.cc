@@ -217,11 +217,16 @@ void LlamaModel::attention_block(const Layer& l, int32_t layer, const ForwardBat
     for (int64_t j = 0; j < m; ++j) std::copy_n(&fused_[q_row(j) * row], q_dim, &q_[j * q_dim]);
   } else {
     const BlockQ8_0* xq = norm_for({&l.wq, &l.wk, &l.wv}, l.attn_norm, nullptr, n);
-    kc::matmul(l.wk, xn_.data(), n, k_.data(), pool_, ws, xq);
-    kc::matmul(l.wv, xn_.data(), n, v_.data(), pool_, ws, xq);
-    // (the kept rows normed again into rows 0 .. m - 1: the same bits, rms_norm is per row)
-    if (keep != nullptr) xq = norm_for({&l.wq}, l.attn_norm, keep->data(), m);
-    kc::matmul(l.wq, xn_.data(), m, q_.data(), pool_, ws, xq);
+    if (keep == nullptr) {  // one parallel region for the three
+      const kc::MatmulOut outs[] = {{&l.wk, k_.data()}, {&l.wv, v_.data()}, {&l.wq, q_.data()}};
+      kc::matmul_many(outs, xn_.data(), n, pool_, ws, xq);
+    } else {
+      const kc::MatmulOut outs[] = {{&l.wk, k_.data()}, {&l.wv, v_.data()}};
+      kc::matmul_many(outs, xn_.data(), n, pool_, ws, xq);
+      // (the kept rows normed again into rows 0 .. m - 1: the same bits, rms_norm is per row)
+      xq = norm_for({&l.wq}, l.attn_norm, keep->data(), m);
+      kc::matmul(l.wq, xn_.data(), m, q_.data(), pool_, ws, xq);
+    }
   }
   const bool sliding = c.is_sliding(layer);
   const std::vector<float>& cos_sin = sliding ? rope_cos_sin_swa_ : rope_cos_sin_;
@@ -329,8 +334,8 @@ void LlamaModel::mlp_block(const Layer& l, int64_t n, kc::Workspace& ws) {
     }
   } else {
     const BlockQ8_0* xq = norm_for({&l.w_gate, &l.w_up}, l.ffn_norm, nullptr, n);
-    kc::matmul(l.w_gate, xn_.data(), n, gate_.data(), pool_, ws, xq);
-    kc::matmul(l.w_up, xn_.data(), n, up_.data(), pool_, ws, xq);
+    const kc::MatmulOut outs[] = {{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}};
+    kc::matmul_many(outs, xn_.data(), n, pool_, ws, xq);
   }
   for_tokens(n, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -190,6 +190,55 @@ TEST_P(MatmulTest, BatchAndThreadInvariance) {
   }
 }
 
+// matmul_many: several weights of one input in one parallel region give each weight's
+// matmul_ref bits, whatever the mix: K-quants that share their q8_K activations (Q4_K twice,
+// Q6_K), float and q8_0-activation types next to them, repacked and GGUF layouts in one call,
+// tile groups (F16) and tail rows, 1 to 30 tokens (30: the activations made in parallel chunks),
+// 1, 2 and 3 threads, every ISA, with and without the caller's q8_0 activations.
+TEST(Matmul, ManyWeightsGiveEachWeightsBits) {
+  Rng rng(4242);
+  ThreadPool pool2(2), pool3(3);
+  Workspace ws;
+  const int64_t cols = 512;
+  const std::vector<std::pair<GgmlType, int64_t>> shapes = {
+      {GgmlType::Q4_K, 33}, {GgmlType::Q6_K, 16}, {GgmlType::Q4_K, 7},   {GgmlType::F16, 121},
+      {GgmlType::Q8_0, 40}, {GgmlType::Q4_0, 1},  {GgmlType::IQ4_XS, 48}};
+  std::vector<TestWeights> tw;
+  for (const auto& [type, rows] : shapes) tw.push_back(make_weights(type, rows, cols, rng));
+  for (int64_t num_tokens : {1, 5, 30}) {
+    const std::vector<float> x = rng.vec(num_tokens * cols);
+    std::vector<BlockQ8_0> xq(static_cast<size_t>(num_tokens * cols / 32));
+    quantize_activations_q8_0(x.data(), num_tokens, cols, xq.data(), Isa::kScalar);
+    std::vector<std::vector<float>> ref(tw.size());
+    for (size_t i = 0; i < tw.size(); ++i) {
+      ref[i].resize(num_tokens * tw[i].rows);
+      matmul_ref(tw[i].view(), x.data(), num_tokens, ref[i].data());
+    }
+    for (Isa isa : usable_isas()) {
+      std::vector<std::vector<uint8_t>> bufs(tw.size());
+      std::vector<WeightView> views;
+      for (size_t i = 0; i < tw.size(); ++i) views.push_back(on(tw[i], isa, i % 4 != 2, bufs[i]));  // 2, 6 GGUF
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+        for (const BlockQ8_0* given :
+             {static_cast<const BlockQ8_0*>(nullptr), static_cast<const BlockQ8_0*>(xq.data())}) {
+          std::vector<std::vector<float>> y(tw.size());
+          std::vector<MatmulOut> outs;
+          for (size_t i = 0; i < tw.size(); ++i) {
+            y[i].assign(ref[i].size(), -1.0f);
+            outs.push_back({&views[i], y[i].data()});
+          }
+          matmul_many(outs, x.data(), num_tokens, p, ws, given);
+          for (size_t i = 0; i < tw.size(); ++i) {
+            ASSERT_EQ(std::memcmp(y[i].data(), ref[i].data(), y[i].size() * 4), 0)
+                << isa_name(isa) << " weight " << i << " (" << name_of(tw[i].type) << ") tokens " << num_tokens
+                << " threads " << (p ? p->num_threads() : 1) << (given ? " given xq" : "");
+          }
+        }
+      }
+    }
+  }
+}
+
 // One NaN in a token's activations makes every output of that token NaN, on every ISA and layout
 // and in the oracle (for the quantized types, the activation block holding it gets d = NaN:
 // nan_block), and leaves the other tokens of the batch as they are alone. A model whose hidden

@@ -14,8 +14,11 @@
 // leftover rows; rows, in GGUF layout) from a shared counter, guided: chunks shrink as the units
 // run out (run() below). Each y[t, r] is one call-independent dot product, so neither
 // num_tokens, nor the other rows of x, nor the thread count or chunking changes a single bit.
+// matmul_many: the units of several weights of one input, one weight's after another's, in one
+// such run (matmul is matmul_many of one weight).
 #include <algorithm>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -97,43 +100,147 @@ void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols,
   }
 }
 
-void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool, Workspace& ws,
-            const BlockQ8_0* xq_given) {
-  const KernelTraits* ttp = kernel_traits(w.type);
-  PAGELLM_CHECK(ttp != nullptr, "matmul: unsupported weight type " + type_name(w.type));
-  const KernelTraits& tt = *ttp;
+namespace {
+
+// One weight of a matmul_many call: its table row and kernels, its activations (xa: vec_dot_type
+// rows, xa_rb bytes apart; xp: the tiles' layout) and its units of work.
+struct Job {
+  const WeightView* w = nullptr;
+  float* y = nullptr;
+  const KernelTraits* tt = nullptr;
+  const IsaKernels* k = nullptr;  // tiles; nullptr: GGUF layout
+  int64_t xa_rb = 0;
+  const uint8_t* xa = nullptr;
+  uint8_t* xa_make = nullptr;  // xa, made here (else given, or not needed)
+  uint8_t* xp = nullptr;
+  const Job* same_input = nullptr;  // an earlier job whose activations this one reads
+  int64_t tiles = 0, groups = 0, units = 0, unit0 = 0;
+  bool oracle = false;  // some rows run on row_dot in GGUF layout
+};
+
+// Checks w and fills the job's shape (not its activations).
+Job plan(const MatmulOut& o, int64_t cols) {
+  Job j;
+  j.w = o.w;
+  j.y = o.y;
+  const WeightView& w = *o.w;
+  j.tt = kernel_traits(w.type);
+  PAGELLM_CHECK(j.tt != nullptr, "matmul: unsupported weight type " + type_name(w.type));
   const bool repacked = w.layout == WeightLayout::kRepacked16;
   PAGELLM_CHECK(!repacked || (w.isa >= Isa::kAvx2 && cpu_isa() >= w.isa),
                 "matmul: repacked weights need an ISA with AVX2 that this CPU has");
-  PAGELLM_CHECK(w.rows >= 0 && w.cols > 0 && num_tokens >= 0, "matmul: bad shape");
-  PAGELLM_CHECK(w.cols % tt.block_size == 0, "matmul: cols not a multiple of the block size");
-  if (num_tokens == 0 || w.rows == 0) return;
-  const int64_t rows = w.rows, cols = w.cols, macs = rows * cols * num_tokens;
-  const int64_t tiles = repacked ? rows / kTileRows : 0;
-  const bool oracle = tiles * kTileRows < rows;  // some rows run on vec_dot
+  PAGELLM_CHECK(w.rows >= 0 && w.cols > 0 && w.cols == cols, "matmul: bad shape");
+  PAGELLM_CHECK(w.cols % j.tt->block_size == 0, "matmul: cols not a multiple of the block size");
+  j.k = repacked ? &j.tt->tiles_for(w.isa) : nullptr;
+  j.xa_rb = j.tt->vec_dot_row_bytes(cols);
+  j.tiles = repacked ? w.rows / kTileRows : 0;
+  j.oracle = j.tiles * kTileRows < w.rows;
+  if (repacked) {
+    // Units of work: groups of tt.tile_group tiles (tile_place), then the oracle rows.
+    j.groups = (j.tiles + j.tt->tile_group - 1) / j.tt->tile_group;
+    j.units = j.groups + (j.oracle ? 1 : 0);
+  } else {
+    j.units = w.rows;  // one row each
+  }
+  return j;
+}
+
+// Units [u0, u1) of job j (local unit numbers) x every token.
+void run_units(const Job& j, int64_t u0, int64_t u1, int64_t num_tokens) {
+  const WeightView& w = *j.w;
+  if (j.k == nullptr) return oracle_rows(row_dot_for(*j.tt, w.isa), w, u0, u1, j.xa, j.xa_rb, num_tokens, j.y);
+  const int64_t g = j.tt->tile_group;
+  const int64_t t0 = u0 * g, t1 = std::min(u1 * g, j.tiles);
+  const int64_t tile_bytes = kTileRows * w.row_bytes();
+  if (t0 < t1) {
+    j.k->tiles(static_cast<const uint8_t*>(w.data) + t0 * tile_bytes, t1 - t0, j.xp, w.cols, num_tokens,
+               j.y + t0 * kTileRows, w.rows);
+  }
+  if (u1 > j.groups) oracle_rows(j.k->row_dot, w, j.tiles * kTileRows, w.rows, j.xa, j.xa_rb, num_tokens, j.y);
+}
+
+}  // namespace
+
+void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool, Workspace& ws,
+            const BlockQ8_0* xq_given) {
+  const MatmulOut out{&w, y};
+  matmul_many(std::span<const MatmulOut>(&out, 1), x, num_tokens, pool, ws, xq_given);
+}
+
+void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t num_tokens, ThreadPool* pool, Workspace& ws,
+                 const BlockQ8_0* xq_given) {
+  PAGELLM_CHECK(!outs.empty() && num_tokens >= 0, "matmul: bad shape");
+  const int64_t cols = outs[0].w->cols;
+  std::vector<Job> jobs;
+  jobs.reserve(outs.size());
+  int64_t units = 0, macs = 0, min_grain = 1;
+  for (const MatmulOut& o : outs) {
+    jobs.push_back(plan(o, cols));
+    Job& j = jobs.back();
+    j.unit0 = units;
+    units += j.units;
+    macs += o.w->rows * cols * num_tokens;
+    // 2 tiles for a prefill (the AVX-512 float kernels run 2 tiles x a token tile at once); in
+    // groups of tile_group tiles, 1 unit.
+    if (j.k != nullptr && num_tokens > kPrepareTokens) {
+      min_grain = std::max(min_grain, std::max<int64_t>(1, 2 / j.tt->tile_group));
+    }
+  }
+  if (num_tokens == 0 || units == 0) return;
 
   // Activations in vec_dot_type: what the oracle rows read, and the integer tiles' input; then
-  // what the tiles read (prepare). (In the caller's workspace; the workers see it through the
-  // pointers below.) Per token, so a long prompt's are made in parallel, kPrepareTokens at a time.
-  const int64_t xa_rb = tt.vec_dot_row_bytes(cols);
-  const uint8_t* xa = nullptr;
-  uint8_t* xa_make = nullptr;
-  if (xq_given != nullptr && tt.vec_dot_type == GgmlType::Q8_0) {
-    xa = reinterpret_cast<const uint8_t*>(xq_given);
-  } else if (oracle || tt.vec_dot_type != GgmlType::F32) {
-    xa_make = static_cast<uint8_t*>(ws.get(Workspace::kActivations, num_tokens * xa_rb));
-    xa = xa_make;
-  }
-  const IsaKernels* k = repacked ? &tt.tiles_for(w.isa) : nullptr;
-  auto* xp =
-      repacked ? static_cast<uint8_t*>(ws.get(Workspace::kPrepared, k->prepared_bytes(num_tokens, cols))) : nullptr;
-  auto make = [&](int64_t t0, int64_t t1) {  // tokens [t0, t1), t0 a multiple of kPrepareTokens
-    if (xa_make != nullptr) {
-      for (int64_t t = t0; t < t1; ++t) tt.from_float(w.isa, x + t * cols, cols, xa_make + t * xa_rb);
+  // what the tiles read (prepare). Made once per input format: a job whose from_float and
+  // prepare are an earlier job's reads that job's. (In the caller's workspace, one buffer per
+  // slot carved per format; the workers see them through the pointers.) Per token, so a long
+  // prompt's are made in parallel, kPrepareTokens at a time.
+  int64_t xa_bytes = 0, xp_bytes = 0;
+  for (Job& j : jobs) {
+    for (const Job& e : jobs) {
+      if (&e == &j) break;
+      if (e.same_input == nullptr && e.tt->from_float == j.tt->from_float && e.w->isa == j.w->isa &&
+          (e.k == nullptr) == (j.k == nullptr) && (j.k == nullptr || e.k->prepare == j.k->prepare)) {
+        j.same_input = &e;
+        break;
+      }
     }
-    if (k != nullptr) {
-      k->prepare(x + t0 * cols, xa == nullptr ? nullptr : xa + t0 * xa_rb, t1 - t0, cols,
-                 xp + k->prepared_bytes(t0, cols));
+    if (j.same_input != nullptr) continue;
+    const bool need_xa = j.oracle || j.k == nullptr || j.tt->vec_dot_type != GgmlType::F32;
+    if (!(xq_given != nullptr && j.tt->vec_dot_type == GgmlType::Q8_0) && need_xa) {
+      xa_bytes += (num_tokens * j.xa_rb + 63) / 64 * 64;
+    }
+    if (j.k != nullptr) xp_bytes += (j.k->prepared_bytes(num_tokens, cols) + 63) / 64 * 64;
+  }
+  auto* xa_buf = static_cast<uint8_t*>(ws.get(Workspace::kActivations, xa_bytes));
+  auto* xp_buf = static_cast<uint8_t*>(ws.get(Workspace::kPrepared, xp_bytes));
+  for (Job& j : jobs) {
+    if (j.same_input != nullptr) {
+      j.xa = j.same_input->xa;
+      j.xp = j.same_input->xp;
+      continue;
+    }
+    const bool need_xa = j.oracle || j.k == nullptr || j.tt->vec_dot_type != GgmlType::F32;
+    if (xq_given != nullptr && j.tt->vec_dot_type == GgmlType::Q8_0) {
+      j.xa = reinterpret_cast<const uint8_t*>(xq_given);
+    } else if (need_xa) {
+      j.xa_make = xa_buf;
+      j.xa = xa_buf;
+      xa_buf += (num_tokens * j.xa_rb + 63) / 64 * 64;
+    }
+    if (j.k != nullptr) {
+      j.xp = xp_buf;
+      xp_buf += (j.k->prepared_bytes(num_tokens, cols) + 63) / 64 * 64;
+    }
+  }
+  auto make = [&](int64_t t0, int64_t t1) {  // tokens [t0, t1), t0 a multiple of kPrepareTokens
+    for (const Job& j : jobs) {
+      if (j.same_input != nullptr) continue;
+      if (j.xa_make != nullptr) {
+        for (int64_t t = t0; t < t1; ++t) j.tt->from_float(j.w->isa, x + t * cols, cols, j.xa_make + t * j.xa_rb);
+      }
+      if (j.k != nullptr) {
+        j.k->prepare(x + t0 * cols, j.xa == nullptr ? nullptr : j.xa + t0 * j.xa_rb, t1 - t0, cols,
+                     j.xp + j.k->prepared_bytes(t0, cols));
+      }
     }
   };
   const int64_t chunks = (num_tokens + kPrepareTokens - 1) / kPrepareTokens;
@@ -143,22 +250,12 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
   } else {
     make(0, num_tokens);
   }
-  if (!repacked) {
-    return run(rows, macs, pool, 1, [&](int64_t r0, int64_t r1) {
-      oracle_rows(row_dot_for(tt, w.isa), w, r0, r1, xa, xa_rb, num_tokens, y);
-    });
-  }
-  const IsaKernels& kt = *k;
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  const int64_t tile_bytes = kTileRows * w.row_bytes();
-  // Units of work: groups of tt.tile_group tiles (tile_place), then the oracle rows.
-  const int64_t g = tt.tile_group, groups = (tiles + g - 1) / g;
-  const int64_t units = groups + (oracle ? 1 : 0);
-  const int64_t min_grain = num_tokens > kPrepareTokens ? std::max<int64_t>(1, 2 / g) : 1;
+  // The jobs' units one after another, in one parallel region: a chunk may span two weights.
   run(units, macs, pool, min_grain, [&](int64_t u0, int64_t u1) {
-    const int64_t t0 = u0 * g, t1 = std::min(u1 * g, tiles);
-    if (t0 < t1) kt.tiles(base + t0 * tile_bytes, t1 - t0, xp, cols, num_tokens, y + t0 * kTileRows, rows);
-    if (u1 > groups) oracle_rows(kt.row_dot, w, tiles * kTileRows, rows, xa, xa_rb, num_tokens, y);
+    for (const Job& j : jobs) {
+      const int64_t a = std::max(u0, j.unit0), b = std::min(u1, j.unit0 + j.units);
+      if (a < b) run_units(j, a - j.unit0, b - j.unit0, num_tokens);
+    }
   });
 }
 

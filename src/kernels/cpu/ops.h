@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -102,6 +103,17 @@ void quantize_activations_q8_0(const float* x, int64_t num_tokens, int64_t cols,
 // which then skips quantizing x. The result is the same bits either way.
 void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, ThreadPool* pool, Workspace& ws,
             const BlockQ8_0* xq = nullptr);
+// Several weights of the same input x ([num_tokens, cols] f32, cols == every w.cols): for each
+// out, out.y = matmul(*out.w, x) ([num_tokens, out.w->rows] f32), the same bits, in one parallel
+// region (a decode step's k, v and q projections, or gate and up: one hand-off to the threads
+// instead of one per weight, and no thread idles at one weight's end while another finishes).
+// x is prepared once per activation format the weights share. Aborts as matmul; outs not empty.
+struct MatmulOut {
+  const WeightView* w = nullptr;
+  float* y = nullptr;
+};
+void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t num_tokens, ThreadPool* pool, Workspace& ws,
+                 const BlockQ8_0* xq = nullptr);
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y);
 // F16 / BF16 weights multiply activations rounded to the weight's type (ggml's vec_dot_type for
 // those types), accumulating in f32: out[i] = float(half(x[i])) or float(bf16(x[i])), i in [0, n).
