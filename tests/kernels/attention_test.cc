@@ -313,17 +313,17 @@ TEST(Attention, HeadPairsEqualOneHeadAtATime) {
 // query heads per kv head make >= 4 query rows runs in blocks of 16 tokens whose query heads
 // share each key tile, transposed (lane = key: 8 keys per vector on AVX2, 16 on AVX-512). The
 // output equals the reference bit for bit: head sizes whose p . V is paired on AVX-512 (32, 96)
-// and not (256), odd and even groups, a 70-token prefill (block and tile edges, a partial last
-// block), a 5-token chunk after 60 cached keys (blocked), a 3-token chunk (per token with 1 head
-// per kv head, blocked with 3 or 4) and a decode token (blocked with 4 heads per kv head), 1 and 3
-// threads, shuffled block tables.
+// and not (256), odd and even groups (1, 3, 4, 8), a 70-token prefill (block and tile edges, a
+// partial last block), a 5-token chunk after 60 cached keys (blocked), a 3-token chunk (per token
+// with 1 head per kv head, blocked with 3 or more) and a decode token (blocked with 4 or more
+// heads per kv head), 1 and 3 threads, shuffled block tables.
 TEST(Attention, QueryBlocksEqualTheReference) {
   Workspace ws;
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: every token is attended alone";
   Rng rng(23);
   ThreadPool pool(3);
   for (int64_t hd : {32, 96, 256}) {
-    for (int64_t group : {1, 3, 4}) {
+    for (int64_t group : {1, 3, 4, 8}) {  // 8: TinyLlama's and Llama 3's query heads per kv head
       const int64_t nkv = 2, num_heads = group * nkv;
       Fixture f(GgmlType::F32, nkv, hd, 16, {70, 65, 40, 33}, rng);
       const Batch b = make_batch(f, {0, 60, 37, 32});

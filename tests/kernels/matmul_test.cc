@@ -191,20 +191,28 @@ TEST_P(MatmulTest, BatchAndThreadInvariance) {
 }
 
 // matmul_many: several weights of one input in one parallel region give each weight's
-// matmul_ref bits, whatever the mix: K-quants that share their q8_K activations (Q4_K twice,
-// Q6_K), float and q8_0-activation types next to them, repacked and GGUF layouts in one call,
-// tile groups (F16) and tail rows, 1 to 30 tokens (30: the activations made in parallel chunks),
-// 1, 2 and 3 threads, every ISA, with and without the caller's q8_0 activations.
+// matmul_ref bits, whatever the mix: repacked K-quants that share their prepared q8_K activations
+// (Q4_K 33 and 64 rows), GGUF-layout ones that share theirs (Q4_K 7, IQ4_XS), F16 weights whose
+// first has no tail rows and so no use for the f16 activation rows that the second's tail reads,
+// q8_0-activation types, tile groups and tail rows, 1 to 30 tokens (30: the activations made in
+// parallel chunks), 1, 2 and 3 threads, every ISA, with and without the caller's q8_0
+// activations.
 TEST(Matmul, ManyWeightsGiveEachWeightsBits) {
   Rng rng(4242);
   ThreadPool pool2(2), pool3(3);
   Workspace ws;
   const int64_t cols = 512;
-  const std::vector<std::pair<GgmlType, int64_t>> shapes = {
-      {GgmlType::Q4_K, 33}, {GgmlType::Q6_K, 16}, {GgmlType::Q4_K, 7},   {GgmlType::F16, 121},
-      {GgmlType::Q8_0, 40}, {GgmlType::Q4_0, 1},  {GgmlType::IQ4_XS, 48}};
+  struct Shape {
+    GgmlType type;
+    int64_t rows;
+    bool repack;
+  };
+  const std::vector<Shape> shapes = {
+      {GgmlType::Q4_K, 33, true}, {GgmlType::Q6_K, 16, true}, {GgmlType::Q4_K, 7, false}, {GgmlType::F16, 32, true},
+      {GgmlType::F16, 40, true},  {GgmlType::Q8_0, 40, true}, {GgmlType::Q4_0, 1, true},  {GgmlType::IQ4_XS, 48, false},
+      {GgmlType::Q4_K, 64, true}, {GgmlType::F16, 121, true}};
   std::vector<TestWeights> tw;
-  for (const auto& [type, rows] : shapes) tw.push_back(make_weights(type, rows, cols, rng));
+  for (const Shape& sh : shapes) tw.push_back(make_weights(sh.type, sh.rows, cols, rng));
   for (int64_t num_tokens : {1, 5, 30}) {
     const std::vector<float> x = rng.vec(num_tokens * cols);
     std::vector<BlockQ8_0> xq(static_cast<size_t>(num_tokens * cols / 32));
@@ -217,7 +225,7 @@ TEST(Matmul, ManyWeightsGiveEachWeightsBits) {
     for (Isa isa : usable_isas()) {
       std::vector<std::vector<uint8_t>> bufs(tw.size());
       std::vector<WeightView> views;
-      for (size_t i = 0; i < tw.size(); ++i) views.push_back(on(tw[i], isa, i % 4 != 2, bufs[i]));  // 2, 6 GGUF
+      for (size_t i = 0; i < tw.size(); ++i) views.push_back(on(tw[i], isa, shapes[i].repack, bufs[i]));
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
         for (const BlockQ8_0* given :
              {static_cast<const BlockQ8_0*>(nullptr), static_cast<const BlockQ8_0*>(xq.data())}) {

@@ -113,9 +113,12 @@ struct Job {
   const uint8_t* xa = nullptr;
   uint8_t* xa_make = nullptr;  // xa, made here (else given, or not needed)
   uint8_t* xp = nullptr;
-  const Job* same_input = nullptr;  // an earlier job whose activations this one reads
+  Job* same_input = nullptr;  // an earlier job whose activations this one reads
   int64_t tiles = 0, groups = 0, units = 0, unit0 = 0;
   bool oracle = false;  // some rows run on row_dot in GGUF layout
+  // xa is read: by the oracle rows, or by the integer tiles' prepare (for a job that others
+  // share: if any of them reads it)
+  bool need_xa = false;
 };
 
 // Checks w and fills the job's shape (not its activations).
@@ -135,6 +138,7 @@ Job plan(const MatmulOut& o, int64_t cols) {
   j.xa_rb = j.tt->vec_dot_row_bytes(cols);
   j.tiles = repacked ? w.rows / kTileRows : 0;
   j.oracle = j.tiles * kTileRows < w.rows;
+  j.need_xa = j.oracle || j.tt->vec_dot_type != GgmlType::F32;
   if (repacked) {
     // Units of work: groups of tt.tile_group tiles (tile_place), then the oracle rows.
     j.groups = (j.tiles + j.tt->tile_group - 1) / j.tt->tile_group;
@@ -189,26 +193,32 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t num_to
   if (num_tokens == 0 || units == 0) return;
 
   // Activations in vec_dot_type: what the oracle rows read, and the integer tiles' input; then
-  // what the tiles read (prepare). Made once per input format: a job whose from_float and
-  // prepare are an earlier job's reads that job's. (In the caller's workspace, one buffer per
-  // slot carved per format; the workers see them through the pointers.) Per token, so a long
-  // prompt's are made in parallel, kPrepareTokens at a time.
-  int64_t xa_bytes = 0, xp_bytes = 0;
+  // what the tiles read (prepare). Made once per input format: a job of the same layout whose
+  // from_float and prepare are an earlier job's reads that job's (a GGUF-layout weight and a
+  // repacked one each make their own). (In the caller's workspace, each slot carved into one area
+  // per format; the workers see them through the pointers.) Per token, so a long prompt's are
+  // made in parallel, kPrepareTokens at a time.
   for (Job& j : jobs) {
-    for (const Job& e : jobs) {
+    for (Job& e : jobs) {
       if (&e == &j) break;
       if (e.same_input == nullptr && e.tt->from_float == j.tt->from_float && e.w->isa == j.w->isa &&
           (e.k == nullptr) == (j.k == nullptr) && (j.k == nullptr || e.k->prepare == j.k->prepare)) {
         j.same_input = &e;
+        e.need_xa |= j.need_xa;  // (a float weight's tail rows read xa; its tiles do not)
         break;
       }
     }
+  }
+  auto xa_size = [&](const Job& j) { return (num_tokens * j.xa_rb + 63) / 64 * 64; };
+  auto xp_size = [&](const Job& j) { return (j.k->prepared_bytes(num_tokens, cols) + 63) / 64 * 64; };
+  auto makes_xa = [&](const Job& j) {
+    return j.need_xa && !(xq_given != nullptr && j.tt->vec_dot_type == GgmlType::Q8_0);
+  };
+  int64_t xa_bytes = 0, xp_bytes = 0;
+  for (const Job& j : jobs) {
     if (j.same_input != nullptr) continue;
-    const bool need_xa = j.oracle || j.k == nullptr || j.tt->vec_dot_type != GgmlType::F32;
-    if (!(xq_given != nullptr && j.tt->vec_dot_type == GgmlType::Q8_0) && need_xa) {
-      xa_bytes += (num_tokens * j.xa_rb + 63) / 64 * 64;
-    }
-    if (j.k != nullptr) xp_bytes += (j.k->prepared_bytes(num_tokens, cols) + 63) / 64 * 64;
+    if (makes_xa(j)) xa_bytes += xa_size(j);
+    if (j.k != nullptr) xp_bytes += xp_size(j);
   }
   auto* xa_buf = static_cast<uint8_t*>(ws.get(Workspace::kActivations, xa_bytes));
   auto* xp_buf = static_cast<uint8_t*>(ws.get(Workspace::kPrepared, xp_bytes));
@@ -218,17 +228,16 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t num_to
       j.xp = j.same_input->xp;
       continue;
     }
-    const bool need_xa = j.oracle || j.k == nullptr || j.tt->vec_dot_type != GgmlType::F32;
     if (xq_given != nullptr && j.tt->vec_dot_type == GgmlType::Q8_0) {
       j.xa = reinterpret_cast<const uint8_t*>(xq_given);
-    } else if (need_xa) {
+    } else if (makes_xa(j)) {
       j.xa_make = xa_buf;
       j.xa = xa_buf;
-      xa_buf += (num_tokens * j.xa_rb + 63) / 64 * 64;
+      xa_buf += xa_size(j);
     }
     if (j.k != nullptr) {
       j.xp = xp_buf;
-      xp_buf += (j.k->prepared_bytes(num_tokens, cols) + 63) / 64 * 64;
+      xp_buf += xp_size(j);
     }
   }
   auto make = [&](int64_t t0, int64_t t1) {  // tokens [t0, t1), t0 a multiple of kPrepareTokens

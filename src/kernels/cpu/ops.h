@@ -107,7 +107,8 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
 // out, out.y = matmul(*out.w, x) ([num_tokens, out.w->rows] f32), the same bits, in one parallel
 // region (a decode step's k, v and q projections, or gate and up: one hand-off to the threads
 // instead of one per weight, and no thread idles at one weight's end while another finishes).
-// x is prepared once per activation format the weights share. Aborts as matmul; outs not empty.
+// Weights of one layout whose kernels take the same activations (q8_K for Q4_K and Q6_K, ...)
+// share them, made once. Aborts as matmul; outs not empty.
 struct MatmulOut {
   const WeightView* w = nullptr;
   float* y = nullptr;
@@ -227,9 +228,9 @@ void paged_attention_ref(const float* q, const KvLayerView& kv, const AttentionB
                          float scale, float* out);
 // How many (block of 16 tokens, kv head) units paged_attention runs for this batch with num_heads
 // query heads on `pool`: the path whose query heads share each key tile (attention.cc,
-// run_query_block; a prefill, or decode tokens with >= 4 query heads per kv head); 0 when every
-// token is attended alone. The same bits either way; for tests and tuning. Checks as
-// paged_attention (aborts).
+// run_query_block: sequences whose tokens here x query heads per kv head are >= 4, so a prefill,
+// or a decode token with >= 4 query heads per kv head); 0 when every token is attended alone. The same bits either way;
+// for tests and tuning. Checks as paged_attention (aborts).
 int64_t paged_attention_block_units(const KvLayerView& kv, const AttentionBatch& batch, int64_t num_heads,
                                     const ThreadPool* pool);
 

@@ -20,8 +20,8 @@ class Workspace {
  public:
   // The buffers kernels use; two slots are live together only where named here.
   enum Slot : int {
-    kActivations,  // matmul: x in the weight's vec_dot_type   [num_tokens, row bytes]
-    kPrepared,     // matmul: x in the tile kernels' layout     (live with kActivations)
+    kActivations,  // matmul: x in the weights' vec_dot_types  [num_tokens, row bytes] per format
+    kPrepared,     // matmul: x in the tile kernels' layouts    (live with kActivations)
     kRow,          // get_row: one row of a repacked weight, in GGUF layout
     kAttention,    // paged_attention: per-thread tiles, key offsets and token -> sequence map
     kNumSlots,
