@@ -150,8 +150,9 @@ KvCacheMemory parse_kv_cache_memory(const std::string& text) {
     throw Error("--kv-cache-memory: " + why + ", got '" + text + "'");
   };
   const std::string expected = "expected bytes (e.g. 1073741824, 64MiB, 1.5GiB) or a block count (e.g. 200blocks)";
-  // [spaces] number [spaces] unit [spaces]; the number: digits, then optionally '.' and digits (no
-  // sign, exponent, hex or inf/nan); leading zeros are skipped.
+  // [spaces] number [spaces] unit [spaces]; the number: digits, then optionally '.' and at least
+  // one digit (no sign, exponent, hex or inf/nan; "2." is refused as ".5" is); leading zeros are
+  // skipped.
   auto space = [](char ch) { return std::isspace(static_cast<unsigned char>(ch)) != 0; };
   auto digit = [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; };
   size_t at = 0;
@@ -163,6 +164,7 @@ KvCacheMemory parse_kv_cache_memory(const std::string& text) {
   const size_t int_digits = at - begin;
   if (at < text.size() && text[at] == '.') {
     ++at;
+    if (at == text.size() || !digit(text[at])) return fail(expected);
     while (at < text.size() && digit(text[at])) ++at;
   }
   const std::string number = text.substr(begin, at - begin);
