@@ -116,7 +116,13 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version (exit code 0) print as CLI11 prints them. A usage error gets the
+    // "error: " of every other error, and exit status 2 (the usage-error status of getopt-style
+    // tools) instead of CLI11's own codes (105, 109, 114, ...).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\nRun with --help for more information.\n", one_line(e.what()).c_str());
+    return 2;
   }
   try {
     for (auto& [sub, handler] : subs) {

@@ -1,5 +1,7 @@
-// `pagellm --version`: the project version of CMakeLists.txt, then the build info.
+// `pagellm --version`: the project version of CMakeLists.txt, then the build info; and how the
+// command line's usage errors are reported.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <fstream>
 #include <regex>
@@ -43,6 +45,28 @@ TEST(Version, NeedsNoSubcommand) {
   const auto [out, status] = run_command(std::string(PAGELLM_BINARY) + " --version 2>/dev/null");
   EXPECT_EQ(status, 0);
   EXPECT_EQ(out.rfind("pagellm ", 0), 0u) << out;
+}
+
+// A usage error reads like every other error ("error: " first, on stderr) and exits with 2, the
+// usage-error status, whatever CLI11's own code for it is; help still exits 0.
+TEST(Cli, UsageErrorsSayErrorAndExitWithTwo) {
+  const std::string gen =
+      std::string(PAGELLM_BINARY) + " generate -m " + test::source_dir() + "/models/stories260K-f32.gguf -p hi ";
+  for (const std::string& args :
+       {std::string("--bogus"), std::string("-n"), std::string("-n abc"), std::string("--threads 1 --threads")}) {
+    SCOPED_TRACE(args);
+    const auto [err, status] = run_command(gen + args + " 2>&1 >/dev/null");
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 2) << err;
+    EXPECT_EQ(err.rfind("error: ", 0), 0u) << err;
+    EXPECT_NE(err.find("\nRun with --help for more information.\n"), std::string::npos) << err;
+  }
+  const auto [none, none_status] = run_command(std::string(PAGELLM_BINARY) + " 2>&1 >/dev/null");
+  EXPECT_EQ(WEXITSTATUS(none_status), 2) << none;
+  EXPECT_EQ(none.rfind("error: ", 0), 0u) << none;
+  const auto [help, help_status] = run_command(gen + "--help 2>/dev/null");
+  EXPECT_EQ(help_status, 0);
+  EXPECT_NE(help.find("--kv-cache-memory"), std::string::npos) << help;
 }
 
 }  // namespace
