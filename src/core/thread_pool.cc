@@ -99,16 +99,20 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 
 void ThreadPool::parallel_for_guided(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  min_grain = std::max<int64_t>(1, min_grain);
-  const int64_t parts = 2 * static_cast<int64_t>(num_threads_);
-  std::atomic<int64_t> next{0};
-  run([&](int, int) {
-    int64_t b = next.load(std::memory_order_relaxed);
-    while (b < n) {
-      const int64_t c = std::min(n - b, std::max(min_grain, (n - b + parts - 1) / parts));
-      if (next.compare_exchange_weak(b, b + c, std::memory_order_relaxed)) {  // else b is reloaded
-        fn(b, b + c);
-        b = next.load(std::memory_order_relaxed);
+  // The state in one struct, the lambda holding one reference to it: a std::function keeps a
+  // capture that small in place, so a decode step's matmuls allocate nothing here.
+  struct Guided {
+    int64_t n, min_grain, parts;
+    const std::function<void(int64_t, int64_t)>& fn;
+    std::atomic<int64_t> next{0};
+  } g{n, std::max<int64_t>(1, min_grain), 2 * static_cast<int64_t>(num_threads_), fn};
+  run([&g](int, int) {
+    int64_t b = g.next.load(std::memory_order_relaxed);
+    while (b < g.n) {
+      const int64_t c = std::min(g.n - b, std::max(g.min_grain, (g.n - b + g.parts - 1) / g.parts));
+      if (g.next.compare_exchange_weak(b, b + c, std::memory_order_relaxed)) {  // else b is reloaded
+        g.fn(b, b + c);
+        b = g.next.load(std::memory_order_relaxed);
       }
     }
   });

@@ -245,6 +245,12 @@ TEST(Matmul, ManyWeightsGiveEachWeightsBits) {
       }
     }
   }
+  // More weights than its fixed job array holds: refused, not written past it.
+  std::vector<float> y(64);
+  const WeightView w = tw[0].view();
+  const std::vector<MatmulOut> too_many(kMaxMatmulOuts + 1, MatmulOut{&w, y.data()});
+  const std::vector<float> x = rng.vec(cols);
+  EXPECT_DEATH(matmul_many(too_many, x.data(), 1, nullptr, ws), "matmul: bad shape");
 }
 
 // One NaN in a token's activations makes every output of that token NaN, on every ISA and layout

@@ -17,6 +17,7 @@
 // matmul_many: the units of several weights of one input, one weight's after another's, in one
 // such run (matmul is matmul_many of one weight).
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <span>
 #include <string>
@@ -173,14 +174,15 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
 
 void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t num_tokens, ThreadPool* pool, Workspace& ws,
                  const BlockQ8_0* xq_given) {
-  PAGELLM_CHECK(!outs.empty() && num_tokens >= 0, "matmul: bad shape");
+  PAGELLM_CHECK(!outs.empty() && outs.size() <= kMaxMatmulOuts && num_tokens >= 0, "matmul: bad shape");
   const int64_t cols = outs[0].w->cols;
-  std::vector<Job> jobs;
-  jobs.reserve(outs.size());
+  std::array<Job, kMaxMatmulOuts> job_array;
+  const std::span<Job> jobs(job_array.data(), outs.size());
   int64_t units = 0, macs = 0, min_grain = 1;
-  for (const MatmulOut& o : outs) {
-    jobs.push_back(plan(o, cols));
-    Job& j = jobs.back();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const MatmulOut& o = outs[i];
+    Job& j = jobs[i];
+    j = plan(o, cols);
     j.unit0 = units;
     units += j.units;
     macs += o.w->rows * cols * num_tokens;

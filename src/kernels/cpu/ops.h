@@ -108,11 +108,13 @@ void matmul(const WeightView& w, const float* x, int64_t num_tokens, float* y, T
 // region (a decode step's k, v and q projections, or gate and up: one hand-off to the threads
 // instead of one per weight, and no thread idles at one weight's end while another finishes).
 // Weights of one layout whose kernels take the same activations (q8_K for Q4_K and Q6_K, ...)
-// share them, made once. Aborts as matmul; outs not empty.
+// share them, made once. Aborts as matmul; 1 <= outs.size() <= kMaxMatmulOuts (the jobs live on
+// the stack: a decode step allocates nothing here).
 struct MatmulOut {
   const WeightView* w = nullptr;
   float* y = nullptr;
 };
+inline constexpr size_t kMaxMatmulOuts = 16;
 void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t num_tokens, ThreadPool* pool, Workspace& ws,
                  const BlockQ8_0* xq = nullptr);
 void matmul_ref(const WeightView& w, const float* x, int64_t num_tokens, float* y);
