@@ -104,4 +104,24 @@ int32_t plan_kv_cache(const EngineConfig& c, const LlamaConfig& model, const Lla
   return static_cast<int32_t>(blocks);
 }
 
+namespace {
+// f32 activation and workspace values per token of a step of `c` (see runner_buffer_bytes).
+int64_t activation_floats_per_token(const LlamaConfig& c) {
+  const int64_t q_dim = c.num_attention_heads * c.head_dim, kv_dim = c.num_key_value_heads * c.head_dim;
+  return 3 * c.hidden_size + 2 * q_dim + 4 * kv_dim + 4 * c.intermediate_size + 2 * c.rope_dim +
+         2 * std::max(c.hidden_size, c.intermediate_size);
+}
+}  // namespace
+
+int64_t runner_buffer_bytes(const EngineConfig& e, const LlamaConfig& model, int64_t num_blocks,
+                            const LlamaConfig* draft) {
+  int64_t per_token = activation_floats_per_token(model);
+  int64_t logits = int64_t{e.max_num_seqs} * (e.speculative() ? e.num_speculative_tokens + 1 : 1) * model.vocab_size;
+  if (draft != nullptr) {
+    per_token += activation_floats_per_token(*draft);
+    logits += int64_t{e.max_num_seqs} * draft->vocab_size;
+  }
+  return 4 * (e.max_num_batched_tokens * per_token + logits) + 64 * num_blocks + (int64_t{32} << 20);
+}
+
 }  // namespace pagellm

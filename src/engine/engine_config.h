@@ -88,6 +88,16 @@ constexpr int64_t kMaxDefaultKvCacheBytes = int64_t{1} << 30;
 // buys blocks of both models' bytes, `draft` adding its kv_bytes_per_token.
 int32_t plan_kv_cache(const EngineConfig& config, const LlamaConfig& model, const LlamaConfig* draft = nullptr);
 
+// What the engine allocates beside the KV pool once it runs, bytes (an upper estimate, for the
+// memory check before the pool is filled): per token of a step (max_num_batched_tokens), the
+// model's activation buffers (LlamaModel::forward) and the matmul workspace (the activations
+// converted: ~2 floats per input column); the logits of every running request (speculation:
+// num_speculative_tokens + 1 rows each); the block bookkeeping (BlockPool, KvCacheManager: < 64
+// bytes a block); 32 MiB for thread stacks and the allocator. With a draft model
+// (--speculative-model), its own activation buffers per token and one logits row per request.
+int64_t runner_buffer_bytes(const EngineConfig& config, const LlamaConfig& model, int64_t num_blocks,
+                            const LlamaConfig* draft = nullptr);
+
 // Bytes of one slot of a KV block (one token's K and V in each storage lane: every layer, or a
 // group's worth of layers when KV cache groups split them, kv/kv_cache_layout.h), with `dtype`
 // elements.

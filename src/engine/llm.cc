@@ -35,20 +35,6 @@ std::unique_ptr<LlamaModel> load_model(const GgufFile& file, ThreadPool* pool,
   }
 }
 
-// What the engine allocates beside the KV pool once it runs, bytes (an upper estimate, for the
-// memory check): per token of a step, the model's activation buffers (LlamaModel::forward) and
-// the matmul workspace (the activations converted: ~2 floats per input column); the logits of
-// every running request (speculation: k + 1 rows each); the block bookkeeping (BlockPool,
-// KvCacheManager: < 64 bytes a block); 32 MiB for thread stacks and the allocator.
-int64_t runner_buffer_bytes(const EngineConfig& e, const LlamaConfig& c, int64_t num_blocks) {
-  const int64_t q_dim = c.num_attention_heads * c.head_dim, kv_dim = c.num_key_value_heads * c.head_dim;
-  const int64_t per_token = 3 * c.hidden_size + 2 * q_dim + 4 * kv_dim + 4 * c.intermediate_size + 2 * c.rope_dim +
-                            2 * std::max(c.hidden_size, c.intermediate_size);
-  const int64_t logits_rows = int64_t{e.max_num_seqs} * (e.speculative() ? e.num_speculative_tokens + 1 : 1);
-  return 4 * (e.max_num_batched_tokens * per_token + logits_rows * c.vocab_size) + 64 * num_blocks +
-         (int64_t{32} << 20);
-}
-
 }  // namespace
 
 LoadedModel load_model_and_tokenizer(const GgufFile& file, const std::string& path, ThreadPool* pool,
@@ -140,7 +126,8 @@ LLM::LLM(const EngineConfig& config) : config_(config) {
   // The pool is zero-filled at once: one larger than the machine or its cgroup (a container) can
   // give would be killed filling it, with no message. (The weights are loaded by now: what they
   // take is no longer available.)
-  const int64_t buffers = runner_buffer_bytes(config_, model->config(), num_blocks);
+  const int64_t buffers =
+      runner_buffer_bytes(config_, model->config(), num_blocks, draft_model_ ? &draft_model_->config() : nullptr);
   if (const std::optional<MemoryLimit> bound = memory_bound_exceeded(kv_bytes + buffers)) {
     throw Error("the KV cache (" + std::to_string(num_blocks) + " blocks of " + std::to_string(config_.block_size) +
                 " tokens, " + format_mib(kv_bytes) + ") and the runner's buffers (" + format_mib(buffers) + ") need " +

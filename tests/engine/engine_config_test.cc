@@ -309,5 +309,24 @@ TEST(BlockSize, GreedyTokensDoNotDependOnIt) {
   for (int32_t bs : {1, 4, 32, 256}) EXPECT_EQ(greedy_tokens(bs), want) << "block_size " << bs;
 }
 
+// The memory check's estimate of the runner's buffers counts a draft model as a second model
+// whose logits are one row per request: the draft's buffers are not left out of it.
+TEST(RunnerBufferBytes, CountsTheDraftModelsBuffers) {
+  const LlamaConfig m = LlamaConfig::from_gguf(*GgufFile::open(kModel));
+  const LlamaConfig d =
+      LlamaConfig::from_gguf(*GgufFile::open(test::testdata("tinystories-656k/TinyStories-656K-f16.gguf")));
+  EngineConfig e;
+  const int64_t alone = runner_buffer_bytes(e, d, 0);
+  EXPECT_GT(alone, int64_t{32} << 20);
+  e.speculative_model = "draft.gguf";
+  e.num_speculative_tokens = 4;
+  const int64_t target = runner_buffer_bytes(e, m, 100);
+  const int64_t both = runner_buffer_bytes(e, m, 100, &d);
+  EXPECT_EQ(both - target, alone - (int64_t{32} << 20));
+  // Every term grows with the step's tokens.
+  e.max_num_batched_tokens *= 2;
+  EXPECT_GT(runner_buffer_bytes(e, m, 100, &d) - runner_buffer_bytes(e, m, 100), both - target);
+}
+
 }  // namespace
 }  // namespace pagellm
