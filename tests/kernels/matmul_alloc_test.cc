@@ -1,7 +1,9 @@
 // A decode step's matmuls allocate nothing once their workspace has grown: matmul_many keeps its
 // jobs on the stack and ThreadPool hands its work over without a heap-held std::function. This
-// file replaces the global operator new of kernels_tests with one that counts (and otherwise
-// does what the default does), so any allocation during the measured calls, on any thread, shows.
+// file replaces the global operator new and delete, every form, with ones that count (and
+// otherwise do what the defaults do), so any allocation during the measured calls, on any
+// thread, shows. It is its own executable, kernels_alloc_tests (CMakeLists.txt: *_alloc_test.cc),
+// so the sanitizers' own operator new keeps checking the other tests.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -31,7 +33,29 @@ void* operator new(std::size_t n) { return counted_alloc(n, alignof(std::max_ali
 void* operator new[](std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
 void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
 void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n, alignof(std::max_align_t));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n, static_cast<std::size_t>(a));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t& t) noexcept {
+  return operator new(n, a, t);
+}
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
@@ -56,6 +80,7 @@ TEST(Allocation, CountingNewSeesAnAllocation) {
 }
 
 TEST(Allocation, DecodeMatmulsAllocateNothingOnceWarm) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "repacked tiles need AVX2";
   Rng rng(5);
   ThreadPool pool(2);
   Workspace ws;
