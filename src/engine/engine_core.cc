@@ -336,6 +336,12 @@ void EngineCore::propose_drafts() {
     decodes += StepFeatures::chunk(r->num_computed_tokens, 1);
     ++num_decodes;
   }
+  // A draft model's first pass of a step (draft_with_model) catches the draft's K/V up for every
+  // request that drafts or catches up, all in one batch: its tokens together stay within one
+  // token budget, as a step of the target does, which bounds that pass's time and the draft's
+  // activation buffers (runner_buffer_bytes). A request whose catch-up does not fit what is left
+  // drafts nothing this step; it catches up with what is left, or in a later step.
+  int64_t draft_budget = scheduler_.limits().max_num_batched_tokens;
   for (Request* r : running) {
     r->spec_token_ids.clear();
     // Decodes only, from the second token on (the first may fork an n > 1 group).
@@ -347,12 +353,16 @@ void EngineCore::propose_drafts() {
     st.spec_rejections *= kSpecEvidenceDecay;
     const int32_t k = draft_length(*r, st, decodes, num_decodes);
     if (k <= 0) continue;
-    // A draft model too far behind to catch up and draft in one step (its catch-up is at most a
-    // token budget) only catches up this step: no drafts, so none is verified in vain.
-    if (draft_runner_ != nullptr &&
-        r->num_computed_tokens + 1 - r->num_draft_computed_tokens > scheduler_.limits().max_num_batched_tokens) {
-      st.draft_catch_up = true;
-      continue;
+    // A draft model too far behind to catch up and draft within what is left of the budget only
+    // catches up this step: no drafts, so none is verified in vain.
+    if (draft_runner_ != nullptr) {
+      const int64_t lag = std::max<int64_t>(0, r->num_computed_tokens + 1 - r->num_draft_computed_tokens);
+      if (lag > draft_budget) {
+        st.draft_catch_up = draft_budget > 0;
+        draft_budget = 0;
+        continue;
+      }
+      draft_budget -= lag;
     }
     if (self_layers_ > 0 || draft_runner_ != nullptr) {
       // Placeholders for the scheduler's grant; draft_self / draft_with_model write the drafts.
@@ -399,32 +409,36 @@ void EngineCore::draft_self(const SchedulerOutput& so) {
 
 void EngineCore::draft_with_model(const SchedulerOutput& so) {
   if (draft_runner_ == nullptr) return;
-  const int64_t cap = scheduler_.limits().max_num_batched_tokens;
+  int64_t left = scheduler_.limits().max_num_batched_tokens;      // the pass's tokens, all requests
   std::vector<std::vector<int32_t>> chunks(so.scheduled.size());  // never resized: the seqs point in
   std::vector<ScheduledSeq> seqs;
   std::vector<std::pair<const ScheduledRequest*, size_t>> drafting;  // (request, its row in the pass)
   // The draft runs only for the requests that verify drafts this step, and for those that
   // propose_drafts left to catch up; the others' K/V lag and are caught up when they speculate.
   // Pass 0: each gets the draft's K/V of its tokens up to its decode token (what the draft missed
-  // while it lagged; at most `cap` tokens, which a drafting request's catch-up always fits) and a
-  // drafting one takes the argmax of that token's row as draft 0.
-  for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    const ScheduledRequest& s = so.scheduled[i];
-    Request& r = *s.request;
-    State& st = states_.at(r.request_id);
-    const bool catch_up_only = st.draft_catch_up && s.num_spec_tokens == 0;
-    st.draft_catch_up = false;
-    if (s.num_spec_tokens == 0 && !catch_up_only) continue;
-    const int64_t end = r.num_computed_tokens + s.num_scheduled_tokens - s.num_spec_tokens;
-    const int64_t begin = r.num_draft_computed_tokens;
-    const int64_t stop = std::min(end, begin + cap);
-    if (stop <= begin) continue;
-    for (int64_t p = begin; p < stop; ++p) chunks[i].push_back(r.token_at(p));
-    const bool proposes = !catch_up_only;
-    PAGELLM_CHECK(!proposes || stop == end, "a drafting request's catch-up exceeds the token budget");
-    if (proposes) drafting.emplace_back(&s, seqs.size());
-    seqs.push_back(ScheduledSeq{kv_manager_.block_tables(r.request_id), chunks[i], begin, proposes ? 1 : 0});
-    r.num_draft_computed_tokens = stop;
+  // while it lagged) and a drafting one takes the argmax of that token's row as draft 0. All of
+  // them together take at most one token budget: the drafting requests first (propose_drafts
+  // kept their catch-ups within it), then the catch-up-only ones with what is left.
+  for (const bool drafting_round : {true, false}) {
+    for (size_t i = 0; i < so.scheduled.size(); ++i) {
+      const ScheduledRequest& s = so.scheduled[i];
+      if ((s.num_spec_tokens > 0) != drafting_round) continue;
+      Request& r = *s.request;
+      State& st = states_.at(r.request_id);
+      const bool catch_up_only = !drafting_round && st.draft_catch_up;
+      st.draft_catch_up = false;
+      if (!drafting_round && !catch_up_only) continue;
+      const int64_t end = r.num_computed_tokens + s.num_scheduled_tokens - s.num_spec_tokens;
+      const int64_t begin = r.num_draft_computed_tokens;
+      const int64_t stop = std::min(end, begin + left);
+      PAGELLM_CHECK(!drafting_round || stop == end, "a drafting request's catch-up exceeds the token budget");
+      if (stop <= begin) continue;
+      for (int64_t p = begin; p < stop; ++p) chunks[i].push_back(r.token_at(p));
+      if (drafting_round) drafting.emplace_back(&s, seqs.size());
+      seqs.push_back(ScheduledSeq{kv_manager_.block_tables(r.request_id), chunks[i], begin, drafting_round ? 1 : 0});
+      r.num_draft_computed_tokens = stop;
+      left -= stop - begin;
+    }
   }
   if (seqs.empty()) return;
   const ModelRunnerOutput& first = draft_runner_->execute(seqs);

@@ -92,6 +92,7 @@ const ModelRunnerOutput& ModelRunner::execute(std::span<const ScheduledSeq> seqs
   }
   ForwardBatch batch = build_forward_batch(seqs, kv_cache_.block_size());
   batch.num_layers = num_layers;
+  max_batch_tokens_ = std::max(max_batch_tokens_, batch.num_tokens());
   model_->forward(batch, kv_cache_, workspace_, output_.logits);
   return output_;
 }

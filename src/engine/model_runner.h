@@ -78,6 +78,9 @@ class ModelRunner {
   int32_t block_size() const { return kv_cache_.block_size(); }
   // The pool the kernels run on (nullptr for a borrowed model: its own).
   ThreadPool* pool() { return pool_.get(); }
+  // The most tokens one forward pass of this runner has taken so far (what its activation
+  // buffers grew to; runner_buffer_bytes bounds it by max_num_batched_tokens).
+  int64_t max_batch_tokens() const { return max_batch_tokens_; }
 
   // Copy-on-write of shared blocks, (src, dst) physical ids, in order; before the step's forward.
   void copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs);
@@ -101,6 +104,7 @@ class ModelRunner {
   ModelRunnerOutput output_;
   std::vector<std::vector<int32_t>> chunks_;  // scratch: new token ids per scheduled request
   std::vector<ScheduledSeq> seqs_;            // scratch
+  int64_t max_batch_tokens_ = 0;
 };
 
 }  // namespace pagellm

@@ -288,9 +288,16 @@ TEST(SpecDecodeEngine, DraftModelThatIsTheTargetHasEveryDraftAccepted) {
   expect_idle_pool(*spec);
   // A 12-token budget: prompts arrive in chunks, and the draft catches up over several steps
   // before it drafts (a draft it made before catching up would be rejected here).
+  // A fresh engine, so its runners' largest batches are this run's: the draft's first pass of a
+  // step, every request's catch-up together, stays within the budget as the target's step does
+  // (8 requests catching up whole prompts at once would take far more).
+  spec = load_with_draft(test::source_dir() + "/models/stories260K-f32.gguf", 40, 3);
   expect_same(run(*spec, reqs, false, &core, SchedulerLimits{8, 12}), run(*plain, reqs, false));
   EXPECT_GT(core->counters().spec.num_drafts, 20);
   EXPECT_EQ(core->counters().spec.num_accepted_tokens, core->counters().spec.num_draft_tokens);
+  EXPECT_GT(spec->draft_runner()->max_batch_tokens(), 1);
+  EXPECT_LE(spec->draft_runner()->max_batch_tokens(), 12);
+  EXPECT_LE(spec->runner().max_batch_tokens(), 12);
   expect_idle_pool(*spec);
 }
 
