@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/kernels_kq.h"
 #include "kernels/cpu/kernels_r16.h"
 #include "kernels_test_util.h"
 
@@ -527,6 +528,41 @@ TEST(Matmul, AmxQ8TilesGiveTheVnniTileBits) {
       }
     }
   }
+}
+
+// Both orders of the AVX2 K-quant tiles (kernels_kq.h's Avx2Order) give the same bits, for one to
+// four tokens. dot_tile_avx2 runs one of them on this CPU and MatmulTest checks it against the
+// oracle; this checks the other, whichever vendor's CPU runs the test.
+template <GgmlType T>
+void expect_avx2_orders_agree(Rng& rng) {
+  for (int64_t nb : {1, 2, 5}) {
+    const int64_t cols = kQK_K * nb;
+    const TestWeights w = make_weights(T, kq::kRows, cols, rng);
+    std::vector<uint8_t> tile(w.bytes.size());
+    kq::repack_tile(T, w.bytes.data(), row_size_bytes(T, cols), cols, tile.data());
+    for (int m = 1; m <= kq::kMaxTileTokens; ++m) {
+      const std::vector<float> x = rng.vec(m * cols);
+      std::vector<BlockQ8_K> xq(static_cast<size_t>(m * nb));
+      for (int k = 0; k < m; ++k) quantize_row_q8_K(x.data() + k * cols, cols, xq.data() + k * nb);
+      float plain[kq::kRows * kq::kMaxTileTokens], shared[kq::kRows * kq::kMaxTileTokens];
+      std::fill(std::begin(plain), std::end(plain), -1.0f);
+      std::fill(std::begin(shared), std::end(shared), -2.0f);
+      kq::dot_tile_avx2_order<T, kq::Avx2Order::kPlain>(tile.data(), xq.data(), nb, nb, m, plain);
+      kq::dot_tile_avx2_order<T, kq::Avx2Order::kShared>(tile.data(), xq.data(), nb, nb, m, shared);
+      ASSERT_EQ(std::memcmp(plain, shared, sizeof(float) * kq::kRows * m), 0)
+          << name_of(T) << " blocks " << nb << " tokens " << m;
+      // Not a zero tile: the rows' dot products are there.
+      ASSERT_NE(std::count(plain, plain + kq::kRows * m, 0.0f), kq::kRows * m);
+    }
+  }
+}
+
+TEST(Matmul, Avx2KqOrdersGiveTheSameBits) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: the AVX2 tiles never run";
+  Rng rng(515);
+  expect_avx2_orders_agree<GgmlType::Q4_K>(rng);
+  expect_avx2_orders_agree<GgmlType::Q5_K>(rng);
+  expect_avx2_orders_agree<GgmlType::Q6_K>(rng);
 }
 
 // Which tiles each ISA gets: BF16 alone has a set for AVX512_BF16; the other types keep their

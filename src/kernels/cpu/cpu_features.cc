@@ -47,13 +47,8 @@ Isa probe() {
 #endif
 }
 
-// Whether VDPBF16PS beats the FMA tiles it replaces, so that default_isa() may pick the BF16
-// tiles. It does on AMD (Zen 4 and 5 issue it at the FMA rate, two products each: the Zen 5 VM's
-// BF16 pp512 was 1.9x its FMA tiles'); it does not on the Intel one measured (Emerald Rapids), where
-// `BM_Matmul` BF16 5632x2048 at 512 tokens, one thread, ran at 72.5 GFLOP/s on the BF16 tiles
-// against 117 on the AVX-512 FMA ones ("model 207" VM, docs/benchmarks.md). Vendor from CPUID
-// leaf 0 (EBX, EDX, ECX spell it).
-bool bf16_dot_pays() {
+// The vendor string of CPUID leaf 0 (EBX, EDX, ECX spell it) is "AuthenticAMD".
+bool vendor_is_amd() {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
@@ -67,6 +62,13 @@ bool bf16_dot_pays() {
 #endif
 }
 
+// Whether VDPBF16PS beats the FMA tiles it replaces, so that default_isa() may pick the BF16
+// tiles. It does on AMD (Zen 4 and 5 issue it at the FMA rate, two products each: the Zen 5 VM's
+// BF16 pp512 was 1.9x its FMA tiles'); it does not on the Intel one measured (Emerald Rapids), where
+// `BM_Matmul` BF16 5632x2048 at 512 tokens, one thread, ran at 72.5 GFLOP/s on the BF16 tiles
+// against 117 on the AVX-512 FMA ones ("model 207" VM, docs/benchmarks.md).
+bool bf16_dot_pays() { return cpu_is_amd(); }
+
 // True when the variable is set to something other than "" or "0".
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
@@ -74,6 +76,11 @@ bool env_flag(const char* name) {
 }
 
 }  // namespace
+
+bool cpu_is_amd() {
+  static const bool amd = vendor_is_amd();
+  return amd;
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {

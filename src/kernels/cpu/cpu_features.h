@@ -53,6 +53,10 @@ bool amx_int8_usable();
 // runs at load, on the loading thread, so that no matmul worker swaps the handler.
 bool run_catching_sigill(bool (*f)());
 
+// Whether the CPU's vendor is AMD (CPUID leaf 0 spells "AuthenticAMD"); probed once. Picks the
+// tile variants that measured faster on one vendor only (default_isa(), kq::dot_tile_avx2).
+bool cpu_is_amd();
+
 // Every Isa from kScalar up to cpu_isa(), ascending: what a test may run here.
 std::vector<Isa> usable_isas();
 

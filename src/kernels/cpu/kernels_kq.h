@@ -57,4 +57,16 @@ void dot_tile_avx512(const void* tile, const void* x, int64_t x_stride, int64_t 
 template <GgmlType T>
 void dot_tile_avx2(const void* tile, const void* x, int64_t x_stride, int64_t nb, int m, float* out);
 
+// The two orders of the AVX2 one- and two-token tiles of Q4_K, Q5_K and Q6_K, the same bits:
+// kPlain walks the sub-blocks one by one and prefetches the group 8 KiB ahead from the first
+// half's first quant steps; kShared spreads those prefetches evenly over both halves and, for one
+// token, decodes the Q5_K / Q6_K sub-blocks that share their weight loads (2 and 4) side by side,
+// so that GCC keeps no loaded vector for later (it spilled them). dot_tile_avx2 runs kShared on
+// AMD CPUs (cpu_is_amd()) and kPlain on the others: decode of TinyLlama-1.1B-shaped files, 2
+// threads, kShared / kPlain: AMD EPYC Zen 3, Q4_K_M 1.06x, Q5_K_M 1.10x, Q6_K 1.12x; Intel Xeon
+// "model 167" (PAGELLM_NO_AVX512=1), 0.97x, 1.01x, 0.96x (docs/benchmarks.md).
+enum class Avx2Order : uint8_t { kPlain, kShared };
+template <GgmlType T, Avx2Order O>
+void dot_tile_avx2_order(const void* tile, const void* x, int64_t x_stride, int64_t nb, int m, float* out);
+
 }  // namespace pagellm::kernels::kq

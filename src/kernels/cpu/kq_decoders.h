@@ -42,6 +42,7 @@ __attribute__((always_inline)) inline void scale_min_k4(const S& v, const uint8_
 
 template <class S>
 struct Q4K {
+  static constexpr int kShare = 1;
   static constexpr int kUMax = 15;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
@@ -59,6 +60,9 @@ struct Q4K {
 };
 template <class S>
 struct Q5K {
+  // Sub-blocks 2p and 2p + 1 share their loads (low and high nibbles, the same qh).
+  static constexpr int kShare = 2;
+  static constexpr int sub_of(int grp, int m) { return 2 * grp + m; }
   static constexpr int kUMax = 31;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
@@ -79,6 +83,9 @@ struct Q5K {
 // Sub-block s of Q6_K: n = s / 8, c = (s % 8) / 2, l = 16 (s % 2) + 4 j .. + 4; q + 32 is 6 bits.
 template <class S>
 struct Q6K {
+  // Sub-blocks 8n + 2c + t (c = 0 .. 3) share their ql and qh loads.
+  static constexpr int kShare = 4;
+  static constexpr int sub_of(int grp, int m) { return 8 * (grp / 2) + 2 * m + grp % 2; }
   static constexpr int kUMax = 63;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
@@ -99,6 +106,7 @@ struct Q6K {
 // Q3_K: q + 4 = crumb + 4 * hmask bit; element 128 n + 32 j2 + l, s = 8 n + 2 j2 + l / 16.
 template <class S>
 struct Q3K {
+  static constexpr int kShare = 1;
   static constexpr int kUMax = 7;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
@@ -121,6 +129,7 @@ struct Q3K {
 };
 template <class S>
 struct Q2K {
+  static constexpr int kShare = 1;
   static constexpr int kUMax = 3;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
@@ -142,6 +151,7 @@ struct Q2K {
 // nibbles of qs[16 s + 4 (j - 4) ..]; the code book + 128 (unsigned) by a byte shuffle.
 template <class S>
 struct IQ4XS {
+  static constexpr int kShare = 1;
   static constexpr int kUMax = 241;  // largest q + kOffset
   static constexpr int kQK = kQK_K;
   static constexpr bool kNegMin = true;
@@ -183,6 +193,7 @@ typename S::I fifth_bits(const S& v, const uint8_t* qh, int j) {
 
 template <class S>
 struct Q41 {
+  static constexpr int kShare = 1;
   static constexpr int kUMax = 15;  // largest q + kOffset
   using Block = BlockQ4_1;
   static constexpr int kQK = 32, kSub = 32, kOffset = 0;
@@ -193,6 +204,7 @@ struct Q41 {
 };
 template <class S>
 struct Q50 {
+  static constexpr int kShare = 1;
   static constexpr int kUMax = 31;  // largest q + kOffset
   using Block = BlockQ5_0;
   static constexpr int kQK = 32, kSub = 32, kOffset = 16;
@@ -205,6 +217,7 @@ struct Q50 {
 };
 template <class S>
 struct Q51 {
+  static constexpr int kShare = 1;
   static constexpr int kUMax = 31;  // largest q + kOffset
   using Block = BlockQ5_1;
   static constexpr int kQK = 32, kSub = 32, kOffset = 0;
@@ -217,6 +230,7 @@ struct Q51 {
 };
 template <class S>
 struct IQ4NL {
+  static constexpr int kShare = 1;
   static constexpr int kUMax = 241;  // largest q + kOffset
   using Block = BlockIQ4_NL;
   static constexpr int kQK = 32, kSub = 32, kOffset = 128;

@@ -13,7 +13,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kq_decoders.h"
 #include "kernels/cpu/prefetch_out_of_line.h"
@@ -66,16 +68,41 @@ inline __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+// The software prefetch of quant step q (counted from half 0's first) of a super-block group g:
+// the group kPrefetchBytes ahead has kLines cache lines, one per step of half 0 from its first
+// (prefetch_head; the caller decides which pass prefetches), or (prefetch_spread, for two halves
+// walked one after the other) one at every (kSteps / kLines)-th step of both halves, evenly over
+// the walk. order: see prefetch_out_of_line.
+template <class D>
+constexpr int kLines = static_cast<int>((kRows * static_cast<int64_t>(sizeof(typename D::Block)) + 63) / 64);
+template <class D>
+__attribute__((always_inline)) inline void prefetch_head(const uint8_t* g, int q, __m256i& order) {
+  if (q < kLines<D>) prefetch_out_of_line(g + kPrefetchBytes + 64 * q, order);
+}
+template <class D>
+__attribute__((always_inline)) inline void prefetch_spread(const uint8_t* g, int q, __m256i& order) {
+  constexpr int kSteps = 2 * (D::kQK / 4);
+  if (const int line = (q * kLines<D> + kSteps - 1) / kSteps; line < kLines<D> && line * kSteps / kLines<D> == q) {
+    prefetch_out_of_line(g + kPrefetchBytes + 64 * line, order);
+  }
+}
+// The types with an Avx2Order::kShared (kernels_kq.h): Q4_K spreads its prefetch, Q5_K and Q6_K
+// also decode their load-sharing sub-blocks side by side for one token. Not the others: with the
+// spread prefetch Q2_K, Q3_K and IQ4_XS read 0.89-0.94x as fast on the Zen 3 EPYC, and sharing
+// Q2_K's and Q3_K's loads 0.94-0.97x.
+template <class D>
+constexpr bool kHasSharedOrder =
+    std::is_same_v<D, Q4K<S256>> || std::is_same_v<D, Q5K<S256>> || std::is_same_v<D, Q6K<S256>>;
+
 // One super-block group g (block b of each token's activations) for rows 8h .. 8h + 7 (v.h) of
 // the tile x M tokens, into acc[k]. prefetch: this call also prefetches the group's lines
 // kPrefetchBytes ahead (one of the halves does).
-template <class D, int M>
+template <class D, int M, int HS = -1>
 __attribute__((always_inline)) inline void kq_group_half(const S256& v, const uint8_t* g, const void* xv, int64_t xs,
                                                          int64_t b, bool prefetch, __m256* acc) {
   using A = Act<D::kQK>;
   const auto* x = static_cast<const typename A::Block*>(xv);
   constexpr int kSubs = D::kQK / D::kSub;
-  constexpr int64_t kGroup = kRows * static_cast<int64_t>(sizeof(typename D::Block));
   constexpr bool kSigned = D::kOffset == 128;  // see the file comment
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i isum[M], msum[M];
@@ -100,8 +127,10 @@ __attribute__((always_inline)) inline void kq_group_half(const S256& v, const ui
       for (int k = 0; k < M; ++k) p16[k] = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int j = j0; j < j0 + G; ++j) {
-        if (const int64_t line = 64 * (s * (D::kSub / 4) + j); prefetch && line < kGroup) {
-          prefetch_out_of_line(g + kPrefetchBytes + line, p16[0]);
+        if constexpr (HS >= 0) {
+          prefetch_spread<D>(g, HS * kSubs * (D::kSub / 4) + s * (D::kSub / 4) + j, p16[0]);
+        } else if (prefetch) {
+          prefetch_head<D>(g, s * (D::kSub / 4) + j, p16[0]);
         }
         __m256i u = D::quants(v, g, s, j), w = u;
         if constexpr (kSigned) {
@@ -139,11 +168,68 @@ __attribute__((always_inline)) inline void kq_group_half(const S256& v, const ui
   }
 }
 
+// As kq_group_half for one token (NH = 2), with the D::kShare sub-blocks that share their weight
+// loads (D::sub_of) decoded side by side: each loaded quant vector is used at once by every
+// sub-block that needs it, instead of being kept (and spilled) until a later sub-block reads it
+// again. The same exact int32 sums, in another order.
+template <class D, int H>
+__attribute__((always_inline)) inline void kq_group_half_shared(const uint8_t* g, const void* xv, int64_t b,
+                                                                __m256* acc) {
+  using A = Act<D::kQK>;
+  const S256 v{H};
+  const auto& x = static_cast<const typename A::Block*>(xv)[b];
+  constexpr int kSubs = D::kQK / D::kSub, kShare = D::kShare;
+  constexpr int kPair = 2 * D::kUMax * 127;
+  constexpr int G = std::min(D::kSub / 4, 32767 / kPair);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i isum = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
+#pragma GCC unroll 16
+  for (int grp = 0; grp < kSubs / kShare; ++grp) {
+    __m256i a[kShare];
+    for (int m = 0; m < kShare; ++m) a[m] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j0 = 0; j0 < D::kSub / 4; j0 += G) {
+      __m256i p16[kShare];
+      for (int m = 0; m < kShare; ++m) p16[m] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = j0; j < j0 + G; ++j) {
+        for (int m = 0; m < kShare; ++m) {
+          const int s = D::sub_of(grp, m);
+          __m256i u = D::quants(v, g, s, j);
+          prefetch_spread<D>(g, H * kSubs * (D::kSub / 4) + (grp * (D::kSub / 4) + j) * kShare + m, u);
+          __m256i sum = _mm256_add_epi16(p16[m], _mm256_maddubs_epi16(u, bcast4(x.qs + s * D::kSub + 4 * j)));
+          asm volatile("" : "+x"(sum));  // keeps the steps in order: GCC would reassociate the sums and spill
+          p16[m] = sum;
+        }
+      }
+      for (int m = 0; m < kShare; ++m) a[m] = _mm256_add_epi32(a[m], _mm256_madd_epi16(p16[m], ones));
+    }
+    for (int m = 0; m < kShare; ++m) {
+      const int s = D::sub_of(grp, m);
+      __m256i sc, mn;
+      D::scale(v, g, s, sc, mn);
+      const int32_t xsum = A::xsum(x, s, D::kSub);
+      if constexpr (D::kOffset != 0) a[m] = _mm256_sub_epi32(a[m], _mm256_set1_epi32(D::kOffset * xsum));
+      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sc, a[m]));
+      if constexpr (D::kHasMin) msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum)));
+    }
+  }
+  const __m256 d = v.halves(field(g, D::kD));
+  const __m256 dx = _mm256_set1_ps(x.d);
+  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx), *acc);
+  if constexpr (D::kHasMin) {
+    const __m256 dm =
+        D::kNegMin ? _mm256_sub_ps(_mm256_setzero_ps(), v.halves(field(g, D::kDmin))) : v.halves(field(g, D::kDmin));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dm, dx), *acc);
+  }
+}
+
 // Halves [h0, h0 + NH) of the tile x M tokens -> out[k * 16 + 8h + r]. NH = 2 walks the weights
 // once, both halves of each group together, so the weight stream is even (decode: the group's
 // lines are consumed while the next ones arrive); NH = 1 is for many tokens, whose accumulators
 // of both halves would not fit the 16 ymm registers. Either way the same sums in the same order.
-template <class D, int M, int NH>
+// kShared (NH = 2 only): Avx2Order::kShared, the same int32 sums in another order.
+template <class D, int M, int NH, bool kShared = false>
 void kq_pass(const uint8_t* tile, int h0, const void* x, int64_t xs, int64_t nb, float* out) {
   constexpr int64_t kGroup = kRows * static_cast<int64_t>(sizeof(typename D::Block));
   __m256 acc[NH][M];
@@ -151,26 +237,70 @@ void kq_pass(const uint8_t* tile, int h0, const void* x, int64_t xs, int64_t nb,
     for (int k = 0; k < M; ++k) acc[hh][k] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = tile + b * kGroup;
-    for (int hh = 0; hh < NH; ++hh) kq_group_half<D, M>(S256{h0 + hh}, g, x, xs, b, h0 + hh == 0, acc[hh]);
+    if constexpr (kShared && M == 1 && D::kShare > 1) {
+      kq_group_half_shared<D, 0>(g, x, b, acc[0]);
+      kq_group_half_shared<D, 1>(g, x, b, acc[1]);
+    } else if constexpr (kShared) {
+      static_assert(NH == 2 && kHasSharedOrder<D>);
+      kq_group_half<D, M, 0>(S256{0}, g, x, xs, b, true, acc[0]);
+      kq_group_half<D, M, 1>(S256{1}, g, x, xs, b, true, acc[1]);
+    } else {
+      for (int hh = 0; hh < NH; ++hh) kq_group_half<D, M>(S256{h0 + hh}, g, x, xs, b, h0 + hh == 0, acc[hh]);
+    }
   }
   for (int hh = 0; hh < NH; ++hh)
     for (int k = 0; k < M; ++k) _mm256_storeu_ps(out + k * kRows + 8 * (h0 + hh), acc[hh][k]);
 }
 
+// The 3- and 4-token passes (prefill) out of line, as GCC chose for them before kShared: inlined
+// (as it then chose), the Zen 3 EPYC's Q3_K one-token tile ran 0.92x as fast (code placement).
+template <class D, int M>
+__attribute__((noinline)) void kq_pass_out_of_line(const uint8_t* tile, int h0, const void* x, int64_t xs, int64_t nb,
+                                                   float* out) {
+  kq_pass<D, M, 1>(tile, h0, x, xs, nb, out);
+}
+
+// Avx2Order::kShared where it measured faster: AMD CPUs (kernels_kq.h).
+const bool g_shared_order = cpu_is_amd();
+
 }  // namespace
+
+template <GgmlType T, Avx2Order O>
+void dot_tile_avx2_order(const void* tile, const void* x, int64_t xs, int64_t nb, int m, float* out) {
+  using D = typename DecoderOf<T, S256>::type;
+  static_assert(O == Avx2Order::kPlain || kHasSharedOrder<D>);
+  const auto* t = static_cast<const uint8_t*>(tile);
+  with_m<kMaxTileTokens>(m, [&](auto mc) {
+    if constexpr (mc.value <= 2) {
+      kq_pass<D, mc.value, 2, O == Avx2Order::kShared>(t, 0, x, xs, nb, out);
+    } else {
+      kq_pass_out_of_line<D, mc.value>(t, 0, x, xs, nb, out);
+      kq_pass_out_of_line<D, mc.value>(t, 1, x, xs, nb, out);
+    }
+  });
+}
+template void dot_tile_avx2_order<GgmlType::Q4_K, Avx2Order::kShared>(const void*, const void*, int64_t, int64_t, int,
+                                                                      float*);
+template void dot_tile_avx2_order<GgmlType::Q5_K, Avx2Order::kShared>(const void*, const void*, int64_t, int64_t, int,
+                                                                      float*);
+template void dot_tile_avx2_order<GgmlType::Q6_K, Avx2Order::kShared>(const void*, const void*, int64_t, int64_t, int,
+                                                                      float*);
+template void dot_tile_avx2_order<GgmlType::Q4_K, Avx2Order::kPlain>(const void*, const void*, int64_t, int64_t, int,
+                                                                     float*);
+template void dot_tile_avx2_order<GgmlType::Q5_K, Avx2Order::kPlain>(const void*, const void*, int64_t, int64_t, int,
+                                                                     float*);
+template void dot_tile_avx2_order<GgmlType::Q6_K, Avx2Order::kPlain>(const void*, const void*, int64_t, int64_t, int,
+                                                                     float*);
 
 template <GgmlType T>
 void dot_tile_avx2(const void* tile, const void* x, int64_t xs, int64_t nb, int m, float* out) {
-  const auto* t = static_cast<const uint8_t*>(tile);
-  with_m<kMaxTileTokens>(m, [&](auto mc) {
-    using D = typename DecoderOf<T, S256>::type;
-    if constexpr (mc.value <= 2) {
-      kq_pass<D, mc.value, 2>(t, 0, x, xs, nb, out);
-    } else {
-      kq_pass<D, mc.value, 1>(t, 0, x, xs, nb, out);
-      kq_pass<D, mc.value, 1>(t, 1, x, xs, nb, out);
+  if constexpr (kHasSharedOrder<typename DecoderOf<T, S256>::type>) {
+    if (g_shared_order) {
+      dot_tile_avx2_order<T, Avx2Order::kShared>(tile, x, xs, nb, m, out);
+      return;
     }
-  });
+  }
+  dot_tile_avx2_order<T, Avx2Order::kPlain>(tile, x, xs, nb, m, out);
 }
 template void dot_tile_avx2<GgmlType::Q4_1>(const void*, const void*, int64_t, int64_t, int, float*);
 template void dot_tile_avx2<GgmlType::Q5_0>(const void*, const void*, int64_t, int64_t, int, float*);
