@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dispatch_m.h"
 #include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_impl.h"
@@ -64,7 +65,17 @@ using BF16S = Seq<simd::BF16Load>;
 //     kL2TokensAhead ahead. The hardware prefetchers alone left ffn_down (2048 x 5632, 512 tokens)
 //     behind the other shapes: BM_Matmul/1/512/2/1/1 (AVX2, 2 threads, Zen 5 VM) 175-201 ->
 //     197-205 GFLOP/s; F16 pp512 (AVX2) median of 11 interleaved runs 97.8 -> 99.9 tokens/s.
-enum class Fetch { kNone, kDram, kL2 };
+//   kDramToL2: as kDram, into L2 (prefetcht1): decode_fetch().
+enum class Fetch { kNone, kDram, kL2, kDramToL2 };
+
+// The F16 and BF16 decode tiles' prefetch: into L2 on Intel, into L1 on AMD. Intel Xeon "model 167", AVX2,
+// BM_MatmulFromDram into L2 / into L1 (4 alternating rounds): F16 1.24x one thread, 1.15x two;
+// BF16 1.40x, 1.34x. On the AMD EPYC Zen 5 the AVX-512 F16 decode tile read 0.91x into L2
+// (docs/benchmarks.md).
+Fetch decode_fetch() {
+  static const Fetch fetch = cpu_is_amd() ? Fetch::kDram : Fetch::kDramToL2;
+  return fetch;
+}
 
 // R consecutive tiles x M tokens, steps [k0, k1): step k of tile i at w + i * ts + k * ss (ts =
 // 16 n, ss = 16 for tiles one after the other, as F32's; ts = 16, ss = 16 g within a group of g
@@ -109,14 +120,21 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t ts, in
   constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));
   int64_t k = k0;
   if (fetch != Fetch::kNone) {
-    const int64_t w_ahead = fetch == Fetch::kDram ? kPrefetchBytes : kL2WeightsAhead;
-    for (; k + kLine <= k1; k += kLine) {
-      simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine>(w, ts, ss, k, w_ahead);
-      // M * 4 <= 24 bytes of tokens a step: a 64-byte line every 2 steps covers every line.
-      if (fetch == Fetch::kL2 && k % 2 == 0)
-        _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
+    const int64_t w_ahead = fetch == Fetch::kL2 ? kL2WeightsAhead : kPrefetchBytes;
+    auto stream = [&](auto hint) {
+      for (; k + kLine <= k1; k += kLine) {
+        simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine, decltype(hint)::value>(w, ts, ss, k, w_ahead);
+        // M * 4 <= 24 bytes of tokens a step: a 64-byte line every 2 steps covers every line.
+        if (fetch == Fetch::kL2 && k % 2 == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
 #pragma GCC unroll 2
-      for (int64_t s = 0; s < kLine; ++s) step(k + s);
+        for (int64_t s = 0; s < kLine; ++s) step(k + s);
+      }
+    };
+    if (fetch == Fetch::kDramToL2) {
+      stream(std::integral_constant<decltype(_MM_HINT_T0), _MM_HINT_T1>{});
+    } else {
+      stream(std::integral_constant<decltype(_MM_HINT_T0), _MM_HINT_T0>{});
     }
   } else {
     for (; k + 2 <= k1; k += 2) {
@@ -152,6 +170,8 @@ void seq_one_token_tile(int m, const typename L::T* w, int64_t tiles, int64_t n,
                         const float* xp, float* y, int64_t ys) {
   const int64_t tile_elems = 16 * n;
   const bool first = k0 == 0;
+  // F32 keeps L1: into L2 its decode (4 streams, tiles one after the other) read 0.97x.
+  const Fetch fetch = std::is_same_v<L, F32S> ? Fetch::kDram : decode_fetch();
   constexpr bool kGrouped = !std::is_same_v<L, F32S>;
   const int64_t block = kGrouped ? kFloatTileGroup : tiles;
   for (int64_t b0 = 0; b0 < tiles; b0 += block) {
@@ -161,19 +181,19 @@ void seq_one_token_tile(int m, const typename L::T* w, int64_t tiles, int64_t n,
     auto yi = [&](int64_t i) { return y + 16 * i; };
     int64_t i = b0;
     if (m == 1) {
-      for (; i + 4 <= b1; i += 4) seq_kernel<L, 4, 1>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+      for (; i + 4 <= b1; i += 4) seq_kernel<L, 4, 1>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, fetch);
       if (i + 2 <= b1) {  // the leftover tiles: 4 chains in flight rather than 2
-        seq_kernel<L, 2, 1>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+        seq_kernel<L, 2, 1>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, fetch);
         i += 2;
       }
     } else if (m == 2) {  // 3 tiles at once, 2 where 3 would leave one alone (4 = 2 + 2)
       for (; b1 - i >= 3 && b1 - i != 4; i += 3)
-        seq_kernel<L, 3, 2>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
-      for (; b1 - i >= 2; i += 2) seq_kernel<L, 2, 2>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+        seq_kernel<L, 3, 2>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, fetch);
+      for (; b1 - i >= 2; i += 2) seq_kernel<L, 2, 2>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, fetch);
     } else if (m == 3) {
-      for (; i + 2 <= b1; i += 2) seq_kernel<L, 2, 3>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+      for (; i + 2 <= b1; i += 2) seq_kernel<L, 2, 3>(at(i), ts, ss, k0, k1, xp, yi(i), ys, first, fetch);
     }
-    for (; i < b1; ++i) seq_kernel_m<L, 1>(m, at(i), ts, ss, k0, k1, xp, yi(i), ys, first, Fetch::kDram);
+    for (; i < b1; ++i) seq_kernel_m<L, 1>(m, at(i), ts, ss, k0, k1, xp, yi(i), ys, first, fetch);
   }
 }
 

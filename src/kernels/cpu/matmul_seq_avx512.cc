@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_traits.h"
 #include "kernels/cpu/kernels_avx512.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -61,7 +62,17 @@ struct BF16S {
 //     512 tokens) ran at 3/4 of the other shapes' speed: BM_Matmul/1/512/2/3/1 (2 threads, Zen 5
 //     VM) 284-314 -> 340-378 GFLOP/s, F16 pp512 165.7-171.2 -> 170.8-177.2 tokens/s (5
 //     interleaved runs each).
-enum class Fetch { kNone, kDram, kL2 };
+//   kDramToL2: as kDram, into L2 (prefetcht1): decode_fetch().
+enum class Fetch { kNone, kDram, kL2, kDramToL2 };
+
+// The F16 and BF16 decode tiles' prefetch: into L2 on Intel, into L1 on AMD. Intel Xeon "model 167",
+// BM_MatmulFromDram into L2 / into L1 (4 alternating rounds): F16 1.75x one thread, 1.65x two;
+// BF16 1.77x, 1.77x (16 or 32 KiB ahead, or prefetcht2: the same). On the AMD EPYC Zen 5 this
+// tile's F16 decode read 0.91x into L2 (docs/benchmarks.md).
+Fetch decode_fetch() {
+  static const Fetch fetch = cpu_is_amd() ? Fetch::kDram : Fetch::kDramToL2;
+  return fetch;
+}
 
 // R consecutive tiles x M tokens, steps [0, nk) (w and xp offset to the chunk's first step):
 // step k of tile i at w + i * ts + k * ss (ts = 16 n, ss = 16 for tiles one after the other, as
@@ -89,13 +100,20 @@ void seq_kernel(const typename L::T* w, int64_t ts, int64_t ss, int64_t nk, cons
   constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));  // steps per 64-byte line of a tile
   int64_t k = 0;
   if (fetch != Fetch::kNone) {
-    const int64_t w_ahead = (fetch == Fetch::kDram ? kPrefetchBytes : kL2WeightsAhead) * (M > 3 ? ss / 16 : 1);
-    for (; k + kLine <= nk; k += kLine) {
-      simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine>(w, ts, ss, k, w_ahead);
-      // Up to 48 bytes of tokens a step (kLine is 1 for f32 weights): every line is covered.
-      if (fetch == Fetch::kL2) _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
+    const int64_t w_ahead = (fetch == Fetch::kL2 ? kL2WeightsAhead : kPrefetchBytes) * (M > 3 ? ss / 16 : 1);
+    auto stream = [&](auto hint) {
+      for (; k + kLine <= nk; k += kLine) {
+        simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine, decltype(hint)::value>(w, ts, ss, k, w_ahead);
+        // Up to 48 bytes of tokens a step (kLine is 1 for f32 weights): every line is covered.
+        if (fetch == Fetch::kL2) _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
 #pragma GCC unroll 1
-      for (int64_t s = 0; s < kLine; ++s) step(k + s);
+        for (int64_t s = 0; s < kLine; ++s) step(k + s);
+      }
+    };
+    if (fetch == Fetch::kDramToL2) {
+      stream(std::integral_constant<decltype(_MM_HINT_T0), _MM_HINT_T1>{});
+    } else {
+      stream(std::integral_constant<decltype(_MM_HINT_T0), _MM_HINT_T0>{});
     }
   }
   // (Not unrolled: two interleaved steps of the 2 x 12 tile need more than 32 registers.)
@@ -146,18 +164,19 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
   if (num_tokens <= kSeqTileTokens) {
     // One token tile (decode, small batches): all of K per group of tiles, weights streamed once.
     const int m = static_cast<int>(num_tokens);
+    // F32 keeps L1: into L2 its decode (4 streams, tiles one after the other) read 0.97x.
+    const Fetch fetch = std::is_same_v<L, F32S> ? Fetch::kDram : decode_fetch();
     const int rt = Kernels<L>::many_tiles[m - 1];
     const int64_t block = kGrouped ? kFloatTileGroup : tiles;
     for (int64_t b0 = 0; b0 < tiles; b0 += block) {
       const int64_t b1 = std::min(tiles, b0 + block), ss = steps(b0, b1);
       int64_t i = b0;
-      for (; i + rt <= b1; i += rt)
-        Kernels<L>::many[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, Fetch::kDram);
+      for (; i + rt <= b1; i += rt) Kernels<L>::many[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, fetch);
       if (m <= 3 && i + 2 <= b1) {
-        Kernels<L>::two[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, Fetch::kDram);
+        Kernels<L>::two[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, fetch);
         i += 2;
       }
-      for (; i < b1; ++i) Kernels<L>::one[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, Fetch::kDram);
+      for (; i < b1; ++i) Kernels<L>::one[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, fetch);
     }
     return;
   }

@@ -76,21 +76,22 @@ struct BF16Load {
   static float scalar(const uint16_t* p) { return bf16_to_fp32(*p); }
 };
 
-// Prefetches into L1, `ahead` bytes ahead, the weights of steps [k, k + kSteps) of R repacked
-// float tiles (16 rows of T a step): tile i's step k at w + i * ts + k * ss elements. Tiles side
-// by side in a group (kSideBySide, ts = 16: kernel_traits.h tile_place): the lines their steps
-// cover; tiles one after the other: one line per tile (kSteps of a tile being one 64-byte line).
+// Prefetches `ahead` bytes ahead, into L1 (kHint _MM_HINT_T0) or L2 (_MM_HINT_T1), the weights of
+// steps [k, k + kSteps) of R repacked float tiles (16 rows of T a step): tile i's step k at
+// w + i * ts + k * ss elements. Tiles side by side in a group (kSideBySide, ts = 16:
+// kernel_traits.h tile_place): the lines their steps cover; tiles one after the other: one line
+// per tile (kSteps of a tile being one 64-byte line).
 // (A compile-time choice: GCC 12 dropped every prefetch of a helper that chose at run time.)
-template <bool kSideBySide, int R, int64_t kSteps, typename T>
+template <bool kSideBySide, int R, int64_t kSteps, decltype(_MM_HINT_T0) kHint = _MM_HINT_T0, typename T>
 inline void prefetch_tile_steps(const T* w, int64_t ts, int64_t ss, int64_t k, int64_t ahead) {
   if constexpr (kSideBySide) {
     constexpr int64_t kLines = (R * 16 * static_cast<int64_t>(sizeof(T)) + 63) / 64;
     for (int64_t s = 0; s < kSteps; ++s) {
       for (int64_t q = 0; q < kLines; ++q)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (k + s) * ss) + 64 * q + ahead, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (k + s) * ss) + 64 * q + ahead, kHint);
     }
   } else {
-    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + r * ts + k * ss) + ahead, _MM_HINT_T0);
+    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + r * ts + k * ss) + ahead, kHint);
   }
 }
 
