@@ -121,20 +121,19 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t ts, in
   int64_t k = k0;
   if (fetch != Fetch::kNone) {
     const int64_t w_ahead = fetch == Fetch::kL2 ? kL2WeightsAhead : kPrefetchBytes;
-    auto stream = [&](auto hint) {
-      for (; k + kLine <= k1; k += kLine) {
-        simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine, decltype(hint)::value>(w, ts, ss, k, w_ahead);
-        // M * 4 <= 24 bytes of tokens a step: a 64-byte line every 2 steps covers every line.
-        if (fetch == Fetch::kL2 && k % 2 == 0)
-          _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
-#pragma GCC unroll 2
-        for (int64_t s = 0; s < kLine; ++s) step(k + s);
+    const bool to_l2 = fetch == Fetch::kDramToL2;
+    for (; k + kLine <= k1; k += kLine) {
+      // The level as a template argument: a run-time hint made GCC drop prefetches.
+      if (to_l2) {
+        simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine, _MM_HINT_T1>(w, ts, ss, k, w_ahead);
+      } else {
+        simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine, _MM_HINT_T0>(w, ts, ss, k, w_ahead);
       }
-    };
-    if (fetch == Fetch::kDramToL2) {
-      stream(std::integral_constant<decltype(_MM_HINT_T0), _MM_HINT_T1>{});
-    } else {
-      stream(std::integral_constant<decltype(_MM_HINT_T0), _MM_HINT_T0>{});
+      // M * 4 <= 24 bytes of tokens a step: a 64-byte line every 2 steps covers every line.
+      if (fetch == Fetch::kL2 && k % 2 == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int64_t s = 0; s < kLine; ++s) step(k + s);
     }
   } else {
     for (; k + 2 <= k1; k += 2) {

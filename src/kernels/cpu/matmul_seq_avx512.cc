@@ -101,19 +101,18 @@ void seq_kernel(const typename L::T* w, int64_t ts, int64_t ss, int64_t nk, cons
   int64_t k = 0;
   if (fetch != Fetch::kNone) {
     const int64_t w_ahead = (fetch == Fetch::kL2 ? kL2WeightsAhead : kPrefetchBytes) * (M > 3 ? ss / 16 : 1);
-    auto stream = [&](auto hint) {
-      for (; k + kLine <= nk; k += kLine) {
-        simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine, decltype(hint)::value>(w, ts, ss, k, w_ahead);
-        // Up to 48 bytes of tokens a step (kLine is 1 for f32 weights): every line is covered.
-        if (fetch == Fetch::kL2) _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
-#pragma GCC unroll 1
-        for (int64_t s = 0; s < kLine; ++s) step(k + s);
+    const bool to_l2 = fetch == Fetch::kDramToL2;
+    for (; k + kLine <= nk; k += kLine) {
+      // The level as a template argument: a run-time hint made GCC drop prefetches.
+      if (to_l2) {
+        simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine, _MM_HINT_T1>(w, ts, ss, k, w_ahead);
+      } else {
+        simd::prefetch_tile_steps<!std::is_same_v<L, F32S>, R, kLine, _MM_HINT_T0>(w, ts, ss, k, w_ahead);
       }
-    };
-    if (fetch == Fetch::kDramToL2) {
-      stream(std::integral_constant<decltype(_MM_HINT_T0), _MM_HINT_T1>{});
-    } else {
-      stream(std::integral_constant<decltype(_MM_HINT_T0), _MM_HINT_T0>{});
+      // Up to 48 bytes of tokens a step (kLine is 1 for f32 weights): every line is covered.
+      if (fetch == Fetch::kL2) _mm_prefetch(reinterpret_cast<const char*>(xp + k * M) + kL2TokensAhead, _MM_HINT_T0);
+#pragma GCC unroll 1
+      for (int64_t s = 0; s < kLine; ++s) step(k + s);
     }
   }
   // (Not unrolled: two interleaved steps of the 2 x 12 tile need more than 32 registers.)
