@@ -96,7 +96,8 @@ constexpr bool kHasSharedOrder =
 
 // One super-block group g (block b of each token's activations) for rows 8h .. 8h + 7 (v.h) of
 // the tile x M tokens, into acc[k]. prefetch: this call also prefetches the group's lines
-// kPrefetchBytes ahead (one of the halves does).
+// kPrefetchBytes ahead (one of the halves does; prefetch_head). HS >= 0 (Avx2Order::kShared):
+// this is half HS = v.h of a walk over both halves, which share the prefetches (prefetch_spread).
 template <class D, int M, int HS = -1>
 __attribute__((always_inline)) inline void kq_group_half(const S256& v, const uint8_t* g, const void* xv, int64_t xs,
                                                          int64_t b, bool prefetch, __m256* acc) {
