@@ -1,8 +1,9 @@
 // Memory read-bandwidth probe: every thread sums its own contiguous part of a large f32 buffer
-// (first-touched by that thread) with kernels::stream_sum (AVX2 where the CPU has it, else
-// scalar); best of `reps` repetitions. GB = 1e9 bytes.
-// The method of the anchors in ../shared/testdata/perf/perf_anchors.json, plus the kernels' 8 KiB
-// software prefetch (so the probe is at least what decode can stream).
+// (in huge pages where Linux gives them, as the repacked weights; first-touched by that thread)
+// with kernels::stream_sum (AVX2 where the CPU has it, else scalar); the best of `reps`
+// repetitions of each of four read patterns (no software prefetch, 1, 2 and 8 KiB ahead).
+// GB = 1e9 bytes. The method of the anchors in ../shared/testdata/perf/perf_anchors.json, plus
+// the prefetching patterns, so that the probe is at least what decode can stream.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,8 @@
 
 namespace pagellm::cli {
 
-// Returns read bandwidth in GB/s over a buffer of `bytes` bytes.
+// Returns read bandwidth in GB/s over a buffer of `bytes` bytes. Throws pagellm::Error when the
+// buffer cannot be allocated.
 double measure_read_bandwidth_gbps(ThreadPool& pool, int64_t bytes, int reps);
 
 }  // namespace pagellm::cli

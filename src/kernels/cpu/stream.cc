@@ -4,8 +4,8 @@
 
 namespace pagellm::kernels {
 
-float stream_sum(const float* p, int64_t n, Isa isa) {
-  if (isa >= Isa::kAvx2) return avx2::stream_sum(p, n);
+float stream_sum(const float* p, int64_t n, Isa isa, int64_t prefetch_bytes) {
+  if (isa >= Isa::kAvx2) return avx2::stream_sum(p, n, prefetch_bytes);
   float lanes[8] = {};  // 8 independent chains, so the loop is not bound by one add latency
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
