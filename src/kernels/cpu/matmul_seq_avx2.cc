@@ -41,6 +41,12 @@ namespace {
 constexpr int64_t kSeqChunk = 6144;  // wf: 384 KiB of stack
 constexpr int64_t kSeqBlockTiles = 4;
 constexpr int64_t kPrefetchBytes = 8192;
+// The one-token decode tiles' distance on Intel (kDramNear, kDramToL2; more tokens keep
+// kPrefetchBytes: AVX2 F16 batch-4 decode read 0.82x at 2 KiB): Xeon model 167, 2 threads, 64-token
+// decodes alternating with 8 KiB (3 rounds F16, 2 BF16 and F32): AVX-512 F16 12.8-13.1 ->
+// 14.2-14.3 tokens/s, BF16 12.6-12.9 -> 13.7-13.8, F32 7.1-7.3 -> 7.9-8.0; AVX2 F16 11.6-11.9 ->
+// 13.6-13.9, BF16 11.6-11.7 -> 12.8-13.9, F32 6.9 -> 7.8. 1 KiB read less than 2 (F16 13.1).
+constexpr int64_t kDecodeAhead = 2048;
 // Prefetch distances of the token tiles that read a chunk's weights from L2 (Fetch::kL2), bytes.
 constexpr int64_t kL2WeightsAhead = 4096;
 constexpr int64_t kL2TokensAhead = 2048;
@@ -65,15 +71,21 @@ using BF16S = Seq<simd::BF16Load>;
 //     kL2TokensAhead ahead. The hardware prefetchers alone left ffn_down (2048 x 5632, 512 tokens)
 //     behind the other shapes: BM_Matmul/1/512/2/1/1 (AVX2, 2 threads, Zen 5 VM) 175-201 ->
 //     197-205 GFLOP/s; F16 pp512 (AVX2) median of 11 interleaved runs 97.8 -> 99.9 tokens/s.
-//   kDramToL2: as kDram, into L2 (prefetcht1): decode_fetch().
-enum class Fetch { kNone, kDram, kL2, kDramToL2 };
+//   kDramNear: as kDram, kDecodeAhead ahead for one token: decode_fetch().
+//   kDramToL2: as kDramNear, into L2 (prefetcht1): decode_fetch().
+enum class Fetch { kNone, kDram, kL2, kDramNear, kDramToL2 };
 
-// The F16 and BF16 decode tiles' prefetch: into L2 on Intel, into L1 on AMD. Intel Xeon "model 167", AVX2,
+// The decode tiles' prefetch. AMD: into L1, 8 KiB ahead (kDram). Intel: kDecodeAhead ahead, F32
+// into L1 (kDramNear), F16 and BF16 into L2 (kDramToL2).
+// F16 and BF16 into L2 rather than L1 (both 8 KiB ahead): Intel Xeon "model 167", AVX2,
 // BM_MatmulFromDram into L2 / into L1 (4 alternating rounds): F16 1.24x one thread, 1.15x two;
 // BF16 1.40x, 1.34x. On the AMD EPYC Zen 5 the AVX-512 F16 decode tile read 0.91x into L2
 // (docs/benchmarks.md).
+template <typename L>
 Fetch decode_fetch() {
-  static const Fetch fetch = cpu_is_amd() ? Fetch::kDram : Fetch::kDramToL2;
+  static const Fetch fetch = cpu_is_amd()              ? Fetch::kDram
+                             : std::is_same_v<L, F32S> ? Fetch::kDramNear
+                                                       : Fetch::kDramToL2;
   return fetch;
 }
 
@@ -120,7 +132,9 @@ __attribute__((noinline)) void seq_kernel(const typename L::T* w, int64_t ts, in
   constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));
   int64_t k = k0;
   if (fetch != Fetch::kNone) {
-    const int64_t w_ahead = fetch == Fetch::kL2 ? kL2WeightsAhead : kPrefetchBytes;
+    const int64_t w_ahead = fetch == Fetch::kL2              ? kL2WeightsAhead
+                            : fetch == Fetch::kDram || M > 1 ? kPrefetchBytes
+                                                             : kDecodeAhead;
     const bool to_l2 = fetch == Fetch::kDramToL2;
     for (; k + kLine <= k1; k += kLine) {
       // The level as a template argument: a run-time hint made GCC drop prefetches.
@@ -170,7 +184,7 @@ void seq_one_token_tile(int m, const typename L::T* w, int64_t tiles, int64_t n,
   const int64_t tile_elems = 16 * n;
   const bool first = k0 == 0;
   // F32 keeps L1: into L2 its decode (4 streams, tiles one after the other) read 0.97x.
-  const Fetch fetch = std::is_same_v<L, F32S> ? Fetch::kDram : decode_fetch();
+  const Fetch fetch = decode_fetch<L>();
   constexpr bool kGrouped = !std::is_same_v<L, F32S>;
   const int64_t block = kGrouped ? kFloatTileGroup : tiles;
   for (int64_t b0 = 0; b0 < tiles; b0 += block) {

@@ -32,6 +32,12 @@ namespace {
 constexpr int64_t kSeqChunk = 2048;
 constexpr int64_t kSeqBlockTiles = 4;
 constexpr int64_t kPrefetchBytes = 8192;
+// The one-token decode tiles' distance on Intel (kDramNear, kDramToL2; more tokens keep
+// kPrefetchBytes: AVX2 F16 batch-4 decode read 0.82x at 2 KiB): Xeon model 167, 2 threads, 64-token
+// decodes alternating with 8 KiB (3 rounds F16, 2 BF16 and F32): AVX-512 F16 12.8-13.1 ->
+// 14.2-14.3 tokens/s, BF16 12.6-12.9 -> 13.7-13.8, F32 7.1-7.3 -> 7.9-8.0; AVX2 F16 11.6-11.9 ->
+// 13.6-13.9, BF16 11.6-11.7 -> 12.8-13.9, F32 6.9 -> 7.8. 1 KiB read less than 2 (F16 13.1).
+constexpr int64_t kDecodeAhead = 2048;
 // Prefetch distances of the token tiles that read a chunk's weights from L2 (Fetch::kL2), bytes.
 constexpr int64_t kL2WeightsAhead = 4096;
 constexpr int64_t kL2TokensAhead = 2048;
@@ -62,15 +68,21 @@ struct BF16S {
 //     512 tokens) ran at 3/4 of the other shapes' speed: BM_Matmul/1/512/2/3/1 (2 threads, Zen 5
 //     VM) 284-314 -> 340-378 GFLOP/s, F16 pp512 165.7-171.2 -> 170.8-177.2 tokens/s (5
 //     interleaved runs each).
-//   kDramToL2: as kDram, into L2 (prefetcht1): decode_fetch().
-enum class Fetch { kNone, kDram, kL2, kDramToL2 };
+//   kDramNear: as kDram, kDecodeAhead ahead for one token: decode_fetch().
+//   kDramToL2: as kDramNear, into L2 (prefetcht1): decode_fetch().
+enum class Fetch { kNone, kDram, kL2, kDramNear, kDramToL2 };
 
-// The F16 and BF16 decode tiles' prefetch: into L2 on Intel, into L1 on AMD. Intel Xeon "model 167",
+// The decode tiles' prefetch. AMD: into L1, 8 KiB ahead (kDram). Intel: kDecodeAhead ahead, F32
+// into L1 (kDramNear), F16 and BF16 into L2 (kDramToL2).
+// F16 and BF16 into L2 rather than L1 (both 8 KiB ahead): Intel Xeon "model 167",
 // BM_MatmulFromDram into L2 / into L1 (4 alternating rounds): F16 1.75x one thread, 1.65x two;
 // BF16 1.77x, 1.77x (16 or 32 KiB ahead, or prefetcht2: the same). On the AMD EPYC Zen 5 this
 // tile's F16 decode read 0.91x into L2 (docs/benchmarks.md).
+template <typename L>
 Fetch decode_fetch() {
-  static const Fetch fetch = cpu_is_amd() ? Fetch::kDram : Fetch::kDramToL2;
+  static const Fetch fetch = cpu_is_amd()              ? Fetch::kDram
+                             : std::is_same_v<L, F32S> ? Fetch::kDramNear
+                                                       : Fetch::kDramToL2;
   return fetch;
 }
 
@@ -100,7 +112,10 @@ void seq_kernel(const typename L::T* w, int64_t ts, int64_t ss, int64_t nk, cons
   constexpr int64_t kLine = 64 / (16 * sizeof(typename L::T));  // steps per 64-byte line of a tile
   int64_t k = 0;
   if (fetch != Fetch::kNone) {
-    const int64_t w_ahead = (fetch == Fetch::kL2 ? kL2WeightsAhead : kPrefetchBytes) * (M > 3 ? ss / 16 : 1);
+    const int64_t ahead = fetch == Fetch::kL2              ? kL2WeightsAhead
+                          : fetch == Fetch::kDram || M > 1 ? kPrefetchBytes
+                                                           : kDecodeAhead;
+    const int64_t w_ahead = ahead * (M > 3 ? ss / 16 : 1);
     const bool to_l2 = fetch == Fetch::kDramToL2;
     for (; k + kLine <= nk; k += kLine) {
       // The level as a template argument: a run-time hint made GCC drop prefetches.
@@ -164,7 +179,7 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     // One token tile (decode, small batches): all of K per group of tiles, weights streamed once.
     const int m = static_cast<int>(num_tokens);
     // F32 keeps L1: into L2 its decode (4 streams, tiles one after the other) read 0.97x.
-    const Fetch fetch = std::is_same_v<L, F32S> ? Fetch::kDram : decode_fetch();
+    const Fetch fetch = decode_fetch<L>();
     const int rt = Kernels<L>::many_tiles[m - 1];
     const int64_t block = kGrouped ? kFloatTileGroup : tiles;
     for (int64_t b0 = 0; b0 < tiles; b0 += block) {
