@@ -14,11 +14,17 @@
 namespace pagellm::cli {
 namespace {
 
-// The read patterns tried: no software prefetch, and prefetcht0 1, 2 and 8 KiB (the matmul
-// kernels' distance) ahead. Which reads fastest depends on the CPU: on the Xeon model 167 VM
-// (2 threads, huge pages) 1 KiB read 35-36 GB/s, 2 KiB 35, 8 KiB 28-29, none 31-32; the probe is
-// the best of them, so that it bounds what any kernel streams.
-constexpr int64_t kProbePrefetchBytes[] = {0, 1024, 2048, 8192};
+// The read patterns tried: each thread's part as one stream or as two halves read side by side
+// (as the Q4_0 / Q8_0 decode tiles read two tiles far apart), with no software prefetch or
+// prefetcht0 some bytes ahead. Which reads fastest depends on the CPU: on the Xeon model 167 VM
+// (2 threads, huge pages) one stream 1 KiB ahead read 30-36 GB/s, 2 KiB the same, 8 KiB 28-29,
+// none 31-32; two streams 512 bytes to 2 KiB ahead read 10-15% more than one (interleaved
+// runs). The probe is the best of them, so that it bounds what any kernel streams.
+struct ReadPattern {
+  int streams;
+  int64_t prefetch_bytes;
+};
+constexpr ReadPattern kProbePatterns[] = {{1, 0}, {1, 1024}, {1, 8192}, {2, 0}, {2, 512}, {2, 1024}, {2, 2048}};
 
 }  // namespace
 
@@ -46,12 +52,13 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, int64_t bytes, int reps) {
   std::vector<float> sink(static_cast<size_t>(nt));
   double best = 0;
   for (int r = 0; r < reps; ++r) {
-    for (const int64_t ahead : kProbePrefetchBytes) {  // interleaved, so drift hits each alike
+    for (const ReadPattern& pattern : kProbePatterns) {  // interleaved, so drift hits each alike
       const auto t0 = std::chrono::steady_clock::now();
       pool.run([&](int t, int) {
         int64_t b, e;
         part(t, b, e);
-        sink[static_cast<size_t>(t)] = kernels::stream_sum(data + b, e - b, isa, ahead);
+        sink[static_cast<size_t>(t)] =
+            kernels::stream_sum(data + b, e - b, isa, pattern.prefetch_bytes, pattern.streams);
       });
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       best = std::max(best, static_cast<double>(n) * 4 / s / 1e9);

@@ -1,7 +1,8 @@
 // Memory read-bandwidth probe: every thread sums its own contiguous part of a large f32 buffer
 // (in huge pages where Linux gives them, as the repacked weights; first-touched by that thread)
 // with kernels::stream_sum (AVX2 where the CPU has it, else scalar); the best of `reps`
-// repetitions of each of four read patterns (no software prefetch, 1, 2 and 8 KiB ahead).
+// repetitions of each of seven read patterns (one stream or two, with or without software
+// prefetch, bandwidth_probe.cc).
 // GB = 1e9 bytes. The method of the anchors in ../shared/testdata/perf/perf_anchors.json, plus
 // the prefetching patterns, so that the probe is at least what decode can stream.
 #pragma once

@@ -218,19 +218,22 @@ TEST(Softmax, MatchesFormulaAndFastIsBitIdentical) {
   }
 }
 
-// The bandwidth probe's sum reads every element exactly once, whatever the ISA and prefetch
-// distance, and for lengths that leave the AVX2 loop a scalar tail. Small integers, so every
-// order of additions gives the exact sum (< 2^24) and one element lost or read twice shows.
-TEST(StreamSum, SumsEveryElementOnEveryIsaAndPrefetchDistance) {
+// The bandwidth probe's sum reads every element exactly once, whatever the ISA, prefetch
+// distance and number of streams, and for lengths that leave the AVX2 loop a scalar tail (and
+// two streams parts of unequal use). Small integers, so every order of additions gives the exact
+// sum (< 2^24) and one element lost or read twice shows.
+TEST(StreamSum, SumsEveryElementOnEveryIsaPrefetchDistanceAndStreams) {
   Rng rng(29);
-  for (const int64_t n : {0, 1, 63, 64, 65, 1000, 4099}) {
+  for (const int64_t n : {0, 1, 31, 63, 64, 65, 127, 1000, 4099}) {
     std::vector<float> x = rng.vec(n, 1.0f, 16.0f);
     double exact = 0;
     for (float& v : x) exact += (v = std::floor(v));
     for (Isa isa : usable_isas()) {
       for (const int64_t ahead : {0, 1024, 8192}) {
-        EXPECT_EQ(stream_sum(x.data(), n, isa, ahead), exact)
-            << "n " << n << " " << isa_name(isa) << " ahead " << ahead;
+        for (const int streams : {1, 2}) {
+          EXPECT_EQ(stream_sum(x.data(), n, isa, ahead, streams), exact)
+              << "n " << n << " " << isa_name(isa) << " ahead " << ahead << " streams " << streams;
+        }
       }
     }
   }

@@ -162,7 +162,7 @@ void convert_f32_to_f16(const float* x, uint16_t* out, int64_t n);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 
 // stream_sum (ops.h) on AVX2 (stream_avx2.cc).
-float stream_sum(const float* p, int64_t n, int64_t prefetch_bytes);
+float stream_sum(const float* p, int64_t n, int64_t prefetch_bytes, int streams);
 }  // namespace avx2
 
 }  // namespace pagellm::kernels

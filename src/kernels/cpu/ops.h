@@ -176,10 +176,11 @@ void softmax(float* x, int64_t n);
 void softmax_ref(float* x, int64_t n);
 
 // Sum of p[0, n) read once, as fast as memory streams (the read-bandwidth probe of bench
-// latency): AVX2 when isa >= kAvx2, each 256-byte step prefetching (prefetcht0) the lines
-// prefetch_bytes ahead (0: none), else a plain loop without prefetch. The value only keeps the
-// reads alive (its order of additions depends on isa).
-float stream_sum(const float* p, int64_t n, Isa isa, int64_t prefetch_bytes);
+// latency): AVX2 when isa >= kAvx2, as `streams` (1 or 2, else aborts) equal parts read side by
+// side (then the tail), each 256-byte step prefetching (prefetcht0) the lines prefetch_bytes
+// ahead in each part (0: none); else a plain loop without prefetch. The value only keeps the
+// reads alive (its order of additions depends on isa and streams).
+float stream_sum(const float* p, int64_t n, Isa isa, int64_t prefetch_bytes, int streams = 1);
 
 // ---- paged attention ---------------------------------------------------------------------
 // One layer of the paged KV cache. Token slot s (= block_id * block_size + offset) holds
