@@ -150,12 +150,26 @@ void r16_prepare(const float*, const void* xa, int64_t num_tokens, int64_t cols,
 using R16Tile = void (*)(const void* tile, const r16::XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
 using R16Amx = void (*)(const void* w, int64_t tiles, int64_t tile_bytes, const r16::XBlock* x, int64_t x_stride,
                         int64_t nb, int64_t runs, float* y, int64_t y_stride);
+using R16Pair = void (*)(const void* tile_a, const void* tile_b, const r16::XBlock* x, int64_t nb, float* out_a,
+                         float* out_b);
 
 // Every tile x token tiles of up to r16::kMaxTileTokens (the tile's weights stay in cache); with
 // kAmx (AVX-512 row) and amx_int8_usable(), the tokens up to the last multiple of 16 on AMX,
 // r16::kAmxTiles tiles at a time (then the rest of the tokens on those tiles, while they are in cache).
-template <GgmlType T, R16Tile kDot, R16Amx kAmx>
+// One token with kPair: tile i with tile i + h (h = tiles / 2), two streams far apart; an odd
+// last tile alone.
+template <GgmlType T, R16Tile kDot, R16Amx kAmx, R16Pair kPair>
 void r16_tiles(const void* w, int64_t tiles, const void* xp, int64_t cols, int64_t num_tokens, float* y, int64_t ys) {
+  if (kPair != nullptr && num_tokens == 1 && tiles >= 2) {
+    const int64_t nb = cols / kQK8_0, tile_bytes = kTileRows * row_size_bytes(T, cols), h = tiles / 2;
+    const auto* xb = static_cast<const r16::XBlock*>(xp);
+    const auto* w8 = static_cast<const uint8_t*>(w);
+    for (int64_t i = 0; i < h; ++i) {
+      kPair(w8 + i * tile_bytes, w8 + (i + h) * tile_bytes, xb, nb, y + i * kTileRows, y + (i + h) * kTileRows);
+    }
+    if (tiles % 2 != 0) kDot(w8 + (tiles - 1) * tile_bytes, xb, nb, nb, 1, y + (tiles - 1) * kTileRows);
+    return;
+  }
   const int64_t nb = cols / kQK8_0, tile_bytes = kTileRows * row_size_bytes(T, cols);
   const auto* xb = static_cast<const r16::XBlock*>(xp);
   const bool amx = kAmx != nullptr && num_tokens >= r16::kAmxTokens && amx_int8_usable();
@@ -221,7 +235,7 @@ void r16_unpack_row(const uint8_t* tile, int r, int64_t cols, uint8_t* row, int6
   }
 }
 
-template <GgmlType T, R16Tile kAvx2, R16Tile kAvx512, R16Amx kAmx>
+template <GgmlType T, R16Tile kAvx2, R16Tile kAvx512, R16Amx kAmx, R16Pair kAvx512Pair>
 constexpr KernelTraits quant_row() {
   KernelTraits t;
   t.type = T;
@@ -234,8 +248,8 @@ constexpr KernelTraits quant_row() {
   t.repack_tile = r16_repack_tile<T>;
   t.unpack_row = r16_unpack_row<T>;
   t.avx512_needs = Isa::kAvx512Vnni;
-  t.avx2 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx2, nullptr>, blocksum_dot_avx2<T>};
-  t.avx512 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx512, kAmx>, blocksum_dot_avx2<T>};
+  t.avx2 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx2, nullptr, nullptr>, blocksum_dot_avx2<T>};
+  t.avx512 = {r16_prepared_bytes, r16_prepare<T>, r16_tiles<T, kAvx512, kAmx, kAvx512Pair>, blocksum_dot_avx2<T>};
   return t;
 }
 
@@ -271,9 +285,10 @@ constexpr KernelTraits unpacked_row() {
 const KernelTraits kF32 = float_row<GgmlType::F32, 4>();
 const KernelTraits kF16 = float_row<GgmlType::F16, 2>();
 const KernelTraits kBF16 = float_row<GgmlType::BF16, 2>();
-const KernelTraits kQ8_0 =
-    quant_row<GgmlType::Q8_0, r16::dot_q8_0_tile_avx2, r16::dot_q8_0_tile_avx512, r16::dot_q8_0_tiles16_amx>();
-const KernelTraits kQ4_0 = quant_row<GgmlType::Q4_0, r16::dot_q4_0_tile_avx2, r16::dot_q4_0_tile_avx512, nullptr>();
+const KernelTraits kQ8_0 = quant_row<GgmlType::Q8_0, r16::dot_q8_0_tile_avx2, r16::dot_q8_0_tile_avx512,
+                                     r16::dot_q8_0_tiles16_amx, r16::dot_q8_0_tile_pair_avx512>();
+const KernelTraits kQ4_0 = quant_row<GgmlType::Q4_0, r16::dot_q4_0_tile_avx2, r16::dot_q4_0_tile_avx512, nullptr,
+                                     r16::dot_q4_0_tile_pair_avx512>();
 
 // ---- the same arithmetic on repacked tiles (kernels_kq.h) ---------------------------------------
 // Activations: q8_K rows as they are (super-block types), or q8_0 blocks with their sums.

@@ -44,6 +44,13 @@ void dot_q4_0_tile_avx512(const void* tile, const XBlock* x, int64_t x_stride, i
 void dot_q8_0_tile_avx512(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q4_0_tile_avx2(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
 void dot_q8_0_tile_avx2(const void* tile, const XBlock* x, int64_t x_stride, int64_t nb, int m, float* out);
+// One token (a decode) on two tiles at once, tile_a and tile_b anywhere in the weights: out_a[r] =
+// row r of tile_a . token, out_b likewise; the bits of the one-tile kernel with m = 1 (AVX-512
+// VNNI only): each thread then reads two weight streams, which DRAM serves faster than one.
+void dot_q4_0_tile_pair_avx512(const void* tile_a, const void* tile_b, const XBlock* x, int64_t nb, float* out_a,
+                               float* out_b);
+void dot_q8_0_tile_pair_avx512(const void* tile_a, const void* tile_b, const XBlock* x, int64_t nb, float* out_a,
+                               float* out_b);
 
 // Q8_0 only: `tiles` consecutive tiles (tile_bytes apart) x `runs` runs of 16 tokens on
 // AMX-INT8 (matmul_r16_amx.cc; only when amx_int8_usable() and the Isa is kAvx512Vnni or above):
