@@ -5,9 +5,10 @@
 //
 // Register budget (32 zmm): 2 tiles x 12 tokens = 24 accumulators + 2 weights + 1 broadcast; per
 // step 2 weight loads, 12 broadcasts, 24 FMAs. Decode (one token) runs 4 tiles at once: 4
-// independent FMA chains; for F16 and BF16 the 4 tiles of a group (tile_place, kernel_traits.h),
-// which lie side by side, so one weight stream per thread (for F32, 4 streams: 8 read 25-35% less
-// from DRAM on an AMD EPYC with AVX-512, BM_MatmulFromDram; 2 streams 10-15% less than 4).
+// independent FMA chains, for F32 4 streams (8 read 25-35% less from DRAM on an AMD EPYC with
+// AVX-512, BM_MatmulFromDram; 2 streams 10-15% less than 4); for F16 and BF16 two groups of 4
+// tiles (tile_place, kernel_traits.h; a group's tiles lie side by side), 8 chains and 2 streams
+// (seq_decode_two_groups).
 // Entered only with an Isa >= kAvx512 (kernels_avx512.h).
 // Compiled with -O3 (CMakeLists.txt): at -O2 GCC 12 keeps the accumulator arrays on the stack.
 // (GCC 12 reports its own avx512fintrin.h helpers as maybe-uninitialized in the BF16 loads.)
@@ -138,6 +139,54 @@ void seq_kernel(const typename L::T* w, int64_t ts, int64_t ss, int64_t nk, cons
   }
 }
 
+// One token on two groups of kFloatTileGroup tiles (F16, BF16: tile_place), wa and wb, anywhere
+// in the weights (seq_tiles_t pairs group g of a range with group g + half): a thread reads two
+// DRAM streams, each prefetched kTwoGroupsAhead bytes ahead into L1, which DRAM serves faster
+// than one (as the Q4_0 tiles' pairs, matmul_r16_avx512vnni.cc). Xeon model 167, F16 TinyLlama
+// decode, 2 threads, 2 alternating rounds: one group at a time (one stream, 2 KiB ahead into
+// L2) 12.4-12.8 tokens/s, two groups 1 KiB ahead into L1 14.0-14.3; 2 KiB into L2 13.7-14.5,
+// 512 bytes 14.3-14.7. ya, yb: the groups' 64 outputs. Each row's chain is seq_kernel<L, 4,
+// 1>'s (from 0, the steps in order): the same bits.
+constexpr int64_t kTwoGroupsAhead = 1024;
+template <typename L>
+void seq_decode_two_groups(const typename L::T* wa, const typename L::T* wb, int64_t n, const float* xp, float* ya,
+                           float* yb) {
+  using T = typename L::T;
+  constexpr int64_t kSs = 16 * kFloatTileGroup;                                   // elements of a group's step
+  constexpr int64_t kLine = 64 / (16 * sizeof(T));                                // steps per line of a tile
+  constexpr int64_t kLines = kLine * kSs * static_cast<int64_t>(sizeof(T)) / 64;  // lines per kLine steps
+  const T* const w[2] = {wa, wb};
+  __m512 acc[2][kFloatTileGroup];
+  for (auto& g : acc) {
+    for (auto& a : g) a = _mm512_setzero_ps();
+  }
+  auto step = [&](int64_t k) {
+    const __m512 b = _mm512_set1_ps(xp[k]);
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kFloatTileGroup; ++r)
+        acc[g][r] = _mm512_fmadd_ps(L::load16(w[g] + k * kSs + 16 * r), b, acc[g][r]);
+    }
+  };
+  int64_t k = 0;
+  for (; k + kLine <= n; k += kLine) {
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+      const char* line = reinterpret_cast<const char*>(w[g] + k * kSs) + kTwoGroupsAhead;
+#pragma GCC unroll 4
+      for (int64_t q = 0; q < kLines; ++q) _mm_prefetch(line + 64 * q, _MM_HINT_T0);
+    }
+#pragma GCC unroll 2
+    for (int64_t s = 0; s < kLine; ++s) step(k + s);
+  }
+  for (; k < n; ++k) step(k);
+  for (int r = 0; r < kFloatTileGroup; ++r) {
+    _mm512_storeu_ps(ya + 16 * r, acc[0][r]);
+    _mm512_storeu_ps(yb + 16 * r, acc[1][r]);
+  }
+}
+
 using KernelFn = void (*)(const void*, int64_t, int64_t, int64_t, const float*, float*, int64_t, bool, Fetch);
 
 template <typename L, int R, int M>
@@ -182,7 +231,16 @@ void seq_tiles_t(const typename L::T* w, int64_t tiles, const float* xp, int64_t
     const Fetch fetch = decode_fetch<L>();
     const int rt = Kernels<L>::many_tiles[m - 1];
     const int64_t block = kGrouped ? kFloatTileGroup : tiles;
-    for (int64_t b0 = 0; b0 < tiles; b0 += block) {
+    int64_t paired = 0;  // tiles of the groups run two at once
+    if (kGrouped && m == 1) {
+      const int64_t h = tiles / kFloatTileGroup / 2;  // pairs of full groups
+      for (int64_t g = 0; g < h; ++g) {
+        const int64_t a = g * kFloatTileGroup, b = (g + h) * kFloatTileGroup;
+        seq_decode_two_groups<L>(w + a * tile_elems, w + b * tile_elems, n, xp, y + 16 * a, y + 16 * b);
+      }
+      paired = 2 * h * kFloatTileGroup;
+    }
+    for (int64_t b0 = paired; b0 < tiles; b0 += block) {
       const int64_t b1 = std::min(tiles, b0 + block), ss = steps(b0, b1);
       int64_t i = b0;
       for (; i + rt <= b1; i += rt) Kernels<L>::many[m - 1](at(b0, i), ts, ss, n, xp, y + 16 * i, ys, true, fetch);
