@@ -145,8 +145,9 @@ void seq_kernel(const typename L::T* w, int64_t ts, int64_t ss, int64_t nk, cons
 // than one (as the Q4_0 tiles' pairs, matmul_r16_avx512vnni.cc). Xeon model 167, F16 TinyLlama
 // decode, 2 threads, 2 alternating rounds: one group at a time (one stream, 2 KiB ahead into
 // L2) 12.4-12.8 tokens/s, two groups 1 KiB ahead into L1 14.0-14.3; 2 KiB into L2 13.7-14.5,
-// 512 bytes 14.3-14.7. ya, yb: the groups' 64 outputs. Each row's chain is seq_kernel<L, 4,
-// 1>'s (from 0, the steps in order): the same bits.
+// 512 bytes 14.3-14.7, and in 4 more rounds 512 bytes 14.5-15.3 against 1 KiB 14.9-15.6.
+// ya, yb: the groups' 64 outputs. Each row's chain is seq_kernel<L, 4, 1>'s (from 0, the steps
+// in order): the same bits.
 constexpr int64_t kTwoGroupsAhead = 1024;
 template <typename L>
 void seq_decode_two_groups(const typename L::T* wa, const typename L::T* wb, int64_t n, const float* xp, float* ya,
