@@ -97,16 +97,20 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   });
 }
 
-void ThreadPool::parallel_for_guided(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for_guided(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn,
+                                     int64_t head) {
   if (n <= 0) return;
+  head = std::clamp<int64_t>(head, 0, n);
   // The state in one struct, the lambda holding one reference to it: a std::function keeps a
   // capture that small in place, so a decode step's matmuls allocate nothing here.
   struct Guided {
-    int64_t n, min_grain, parts;
+    int64_t n, min_grain, parts, head;
     const std::function<void(int64_t, int64_t)>& fn;
-    std::atomic<int64_t> next{0};
-  } g{n, std::max<int64_t>(1, min_grain), 2 * static_cast<int64_t>(num_threads_), fn};
-  run([&g](int, int) {
+    std::atomic<int64_t> next;
+  } g{n, std::max<int64_t>(1, min_grain), 2 * static_cast<int64_t>(num_threads_), head, fn, head};
+  run([&g](int t, int nt) {
+    const int64_t hb = g.head * t / nt, he = g.head * (t + 1) / nt;
+    if (hb < he) g.fn(hb, he);
     int64_t b = g.next.load(std::memory_order_relaxed);
     while (b < g.n) {
       const int64_t c = std::min(g.n - b, std::max(g.min_grain, (g.n - b + g.parts - 1) / g.parts));

@@ -40,7 +40,12 @@ class ThreadPool {
   // & Kuck, IEEE Trans. Computers 36(12), 1987): large chunks first, small ones at the end, so
   // the threads finish together, and a thread whose CPU runs slower (a shared VM) takes fewer
   // chunks. Use where the result does not depend on which thread computes a chunk.
-  void parallel_for_guided(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn);
+  // head (clamped to [0, n]): the first head indices are dealt before that, one contiguous range
+  // per thread (thread t: [head * t / T, head * (t + 1) / T)), and the guided chunks cover
+  // [head, n): a memory-bound caller whose per-thread range is one long stream starts fewer
+  // streams (matmul.cc's decode split).
+  void parallel_for_guided(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn,
+                           int64_t head = 0);
 
   // Physical-ish core count of this machine (hardware_concurrency, at least 1).
   static int default_num_threads();

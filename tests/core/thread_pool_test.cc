@@ -7,6 +7,8 @@
 #include <chrono>
 #include <mutex>
 #include <numeric>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -90,6 +92,51 @@ TEST(ThreadPool, ParallelForGuidedChunksShrinkAndCoverOnce) {
           at = e;
         }
         EXPECT_EQ(at, n) << "threads=" << threads << " min_grain=" << min_grain;
+      }
+    }
+  }
+}
+
+// With a head, thread t first gets [head * t / T, head * (t + 1) / T) (empty ranges skipped),
+// from that thread, and the guided chunks cover [head, n) by the same rule as without one; a
+// head beyond n is n, a negative one 0. Every index once.
+TEST(ThreadPool, ParallelForGuidedDealsTheHeadOneRangePerThread) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 7, 160, 1000}) {
+      for (int64_t head : {int64_t{-3}, int64_t{0}, n / 2, n * 7 / 8, n, n + 5}) {
+        std::mutex mu;
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        std::vector<std::pair<int64_t, int64_t>> first(threads, {-1, -1});  // each thread's first call
+        std::vector<std::thread::id> ids(threads);
+        pool.run([&](int t, int) { ids[t] = std::this_thread::get_id(); });
+        pool.parallel_for_guided(
+            n, 1,
+            [&](int64_t b, int64_t e) {
+              std::lock_guard<std::mutex> lock(mu);
+              chunks.emplace_back(b, e);
+              const auto t = std::find(ids.begin(), ids.end(), std::this_thread::get_id()) - ids.begin();
+              if (first[t].first < 0) first[t] = {b, e};
+            },
+            head);
+        const int64_t h = std::clamp<int64_t>(head, 0, n);
+        SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) +
+                     " head=" + std::to_string(head));
+        for (int t = 0; t < threads; ++t) {
+          const int64_t b = h * t / threads, e = h * (t + 1) / threads;
+          if (b < e) EXPECT_EQ(first[t], std::make_pair(b, e)) << "thread " << t;
+        }
+        std::sort(chunks.begin(), chunks.end());
+        int64_t at = 0;
+        for (const auto& [b, e] : chunks) {
+          ASSERT_EQ(b, at);
+          if (b >= h) {
+            const int64_t parts = 2 * threads;
+            EXPECT_EQ(e - b, std::min(n - b, std::max<int64_t>(1, (n - b + parts - 1) / parts))) << "b=" << b;
+          }
+          at = e;
+        }
+        EXPECT_EQ(at, n);
       }
     }
   }
