@@ -112,12 +112,29 @@ void r16_tile_pair(const uint8_t* tile_a, const uint8_t* tile_b, const XBlock* x
         _mm_prefetch(reinterpret_cast<const char*>(g + kPairPrefetchBytes + o), _MM_HINT_T0);
       }
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
-      __m512i wv[8];
-      load_quants<kQ4>(g + 2 * kRows, wv);
-      __m512i ia[2] = {_mm512_set1_epi32(xb.init), _mm512_setzero_si512()};
+      __m512i isum;
+      if constexpr (kQ4) {
+        // High nibbles in place (16 x the nibble): VPDPBUSD sums 16 x the products exactly, and
+        // an arithmetic shift by 4 divides that multiple of 16 exactly, so isum is the same
+        // integer with one instruction less per 64 bytes (no shift of the bytes before the
+        // mask). Per-token A/B (matmul.cc's method), Q4_0 decode: 1.008-1.013x.
+        const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
+        __m512i lo = _mm512_set1_epi32(xb.init), hi16 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          const __m512i z = _mm512_loadu_si512(g + 2 * kRows + 64 * v);
+          lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(z, lo_mask), xc[v]);
+          hi16 = _mm512_dpbusd_epi32(hi16, _mm512_and_si512(z, hi_mask), xc[v + 4]);
+        }
+        isum = _mm512_add_epi32(lo, _mm512_srai_epi32(hi16, 4));
+      } else {
+        __m512i wv[8];
+        load_quants<kQ4>(g + 2 * kRows, wv);
+        __m512i ia[2] = {_mm512_set1_epi32(xb.init), _mm512_setzero_si512()};
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) ia[c % 2] = _mm512_dpbusd_epi32(ia[c % 2], wv[c], xc[c]);
-      const __m512i isum = _mm512_add_epi32(ia[0], ia[1]);
+        for (int c = 0; c < 8; ++c) ia[c % 2] = _mm512_dpbusd_epi32(ia[c % 2], wv[c], xc[c]);
+        isum = _mm512_add_epi32(ia[0], ia[1]);
+      }
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, xd), acc[t]);
     }
   }
