@@ -1,4 +1,4 @@
-// Large, long-lived buffers (repacked weights) backed by transparent huge pages where Linux
+// Large, long-lived buffers (repacked weights, the KV cache) backed by transparent huge pages where Linux
 // allows them.
 //
 // A 1B-parameter model's weights span ~150k 4 KiB pages; every decode step streams through all of

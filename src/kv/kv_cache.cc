@@ -29,7 +29,9 @@ KvCache::KvCache(const KvCacheShape& shape, int32_t num_blocks, int32_t block_si
   }
   layer_bytes_ =
       int64_t{num_blocks} * block_size * shape.num_kv_heads * shape.head_dim * type_traits(shape.dtype).type_size;
-  storage_.assign(static_cast<size_t>(layer_bytes_ * 2 * layout_.num_lanes), 0);
+  storage_bytes_ = layer_bytes_ * 2 * layout_.num_lanes;
+  storage_ = allocate_huge_page_buffer(static_cast<size_t>(storage_bytes_));
+  std::memset(storage_.get(), 0, static_cast<size_t>(storage_bytes_));
 }
 
 kernels::KvLayerView KvCache::layer(int32_t layer) {
@@ -37,8 +39,8 @@ kernels::KvLayerView KvCache::layer(int32_t layer) {
   const int64_t lane = layout_.layer_lane[layer];
   kernels::KvLayerView v;
   v.dtype = shape_.dtype;
-  v.k = storage_.data() + static_cast<size_t>(layer_bytes_) * (2 * lane);
-  v.v = storage_.data() + static_cast<size_t>(layer_bytes_) * (2 * lane + 1);
+  v.k = storage_.get() + static_cast<size_t>(layer_bytes_) * (2 * lane);
+  v.v = storage_.get() + static_cast<size_t>(layer_bytes_) * (2 * lane + 1);
   v.num_slots = int64_t{num_blocks_} * block_size_;
   v.block_size = block_size_;
   v.num_kv_heads = shape_.num_kv_heads;
@@ -50,7 +52,7 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
   PAGELLM_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "copy_block ids");
   const int64_t block_bytes = layer_bytes_ / num_blocks_;
   for (int64_t half = 0; half < 2 * int64_t{layout_.num_lanes}; ++half) {
-    uint8_t* base = storage_.data() + static_cast<size_t>(layer_bytes_) * half;
+    uint8_t* base = storage_.get() + static_cast<size_t>(layer_bytes_) * half;
     std::memcpy(base + dst * block_bytes, base + src * block_bytes, static_cast<size_t>(block_bytes));
   }
 }
