@@ -224,19 +224,27 @@ void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
   for (int64_t i = 0; i < hd; ++i) p.out[i] *= inv;
 }
 
-// Prefetches into L2 (prefetcht1) the rows of kv head g's keys and values of keys [j0, j1): the
-// next key tile's, while run_query_block works on this one. A decode's key rows of one kv head are
-// head_dim floats a slot row apart (4 kv heads: 256 bytes of every KiB), which the hardware
-// prefetchers fetch late. Model 167 Xeon, TinyLlama Q4_0 decode after a 2048-token prompt, 2
-// threads, one process switching every token (per-token A/B, docs/benchmarks.md): a token 1.040-
-// 1.044x faster with the prefetch spread over the tile's chunks of keys, 1.031-1.039x with one
-// burst per tile, 1.029 / 1.022 with the burst two / three tiles ahead, 1.028 / 1.033 with the
-// burst into L1 (prefetcht0); with PAGELLM_NO_AVX512=1 (8-key chunks) 1.078-1.084x.
+// Prefetches the rows of kv head g's keys and values of keys [j0, j1) into L2 (prefetcht1), or
+// only the keys into L1 (kKeysL1, prefetcht0). run_query_block takes the next key tile's rows into
+// L2 with each chunk of keys it transposes, and the next chunk's keys into L1: a decode's key rows
+// of one kv head are head_dim floats a slot row apart (4 kv heads: 256 bytes of every KiB), which
+// the hardware prefetchers fetch late. Model 167 Xeon, TinyLlama Q4_0 decode after a 2048-token
+// prompt, 2 threads, one process switching every token (per-token A/B, docs/benchmarks.md):
+//   next tile into L2: a token 1.040-1.044x faster spread over the chunks, 1.031-1.039x in one
+//   burst per tile, 1.029 / 1.022 with the burst two / three tiles ahead, 1.028 / 1.033 with the
+//   burst into L1; with PAGELLM_NO_AVX512=1 (8-key chunks) 1.078-1.084x;
+//   then the next chunk's keys into L1: 1.041-1.044x more (two chunks ahead 1.039-1.043x), with
+//   PAGELLM_NO_AVX512=1 1.097-1.103x; the values of the tile's chunk into L1 as well: 0.993x.
+template <bool kKeysL1>
 void prefetch_kv_rows(const float* k, const float* v, const int64_t* offsets, int64_t j0, int64_t j1, int64_t hd) {
   for (int64_t j = j0; j < j1; ++j) {
     for (int64_t e = 0; e < hd; e += 16) {  // one cache line of 16 floats
-      _mm_prefetch(reinterpret_cast<const char*>(k + offsets[j] + e), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(v + offsets[j] + e), _MM_HINT_T1);
+      if constexpr (kKeysL1) {
+        _mm_prefetch(reinterpret_cast<const char*>(k + offsets[j] + e), _MM_HINT_T0);
+      } else {
+        _mm_prefetch(reinterpret_cast<const char*>(k + offsets[j] + e), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(v + offsets[j] + e), _MM_HINT_T1);
+      }
     }
   }
 }
@@ -278,7 +286,9 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
       const int nk = static_cast<int>(std::min(lanes, j1 - j0 - lanes * c));
       float* kt = bs.kt + c * lanes * hd;
       const int64_t ahead = std::min(max_n, j0 + kKeyTile + lanes * c);  // chunk c of the next tile
-      prefetch_kv_rows(k32, v32, offsets, ahead, std::min(max_n, ahead + lanes), hd);
+      prefetch_kv_rows<false>(k32, v32, offsets, ahead, std::min(max_n, ahead + lanes), hd);
+      const int64_t next = std::min(max_n, j0 + lanes * (c + 1));  // the next chunk
+      prefetch_kv_rows<true>(k32, v32, offsets, next, std::min(max_n, next + lanes), hd);
       if (wide) {
         avx512::transpose_keys16(k32, offsets + j0 + lanes * c, nk, hd, kt);
       } else {
