@@ -309,53 +309,55 @@ TEST(Attention, HeadPairsEqualOneHeadAtATime) {
   }
 }
 
-// With AVX2 (F32 cache, head_dim % 32 == 0, no window) a sequence whose tokens in the batch x the
+// With AVX2 (F32 or F16 cache, head_dim % 32 == 0, no window) a sequence whose tokens in the batch x the
 // query heads per kv head make >= 4 query rows runs in blocks of 16 tokens whose query heads
 // share each key tile, transposed (lane = key: 8 keys per vector on AVX2, 16 on AVX-512). The
 // output equals the reference bit for bit: head sizes whose p . V is paired on AVX-512 (32, 96)
 // and not (256), odd and even groups (1, 3, 4, 8), a 70-token prefill (block and tile edges, a
 // partial last block), a 5-token chunk after 60 cached keys (blocked), a 3-token chunk (per token
 // with 1 head per kv head, blocked with 3 or more) and a decode token (blocked with 4 or more
-// heads per kv head), 1 and 3 threads, shuffled block tables.
+// heads per kv head), 1 and 3 threads, shuffled block tables; F32 and F16 caches.
 TEST(Attention, QueryBlocksEqualTheReference) {
   Workspace ws;
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: every token is attended alone";
   Rng rng(23);
   ThreadPool pool(3);
-  for (int64_t hd : {32, 96, 256}) {
-    for (int64_t group : {1, 3, 4, 8}) {  // 8: TinyLlama's and Llama 3's query heads per kv head
-      const int64_t nkv = 2, num_heads = group * nkv;
-      Fixture f(GgmlType::F32, nkv, hd, 16, {70, 65, 40, 33}, rng);
-      const Batch b = make_batch(f, {0, 60, 37, 32});
-      const std::vector<float> q = rng.vec(b.num_tokens() * num_heads * hd);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      std::vector<float> ref(q.size());
-      paged_attention_ref(q.data(), f.kv, b.view(f), num_heads, scale, ref.data());
-      for (Isa isa : usable_isas()) {
-        if (isa < Isa::kAvx2) continue;
-        KvLayerView kv = f.kv;
-        kv.isa = isa;
-        // 6 blocks (5 of the prefill, 1 of the 5-token chunk), + 1 for the 3-token chunk with 3 or
-        // 4 heads per kv head, + 1 for the decode token with 4; x 2 kv heads, >= 2 per thread.
-        const int64_t units = 2 * (6 + (group >= 3 ? 1 : 0) + (group >= 4 ? 1 : 0));
-        ASSERT_EQ(paged_attention_block_units(kv, b.view(f), num_heads, nullptr), units);
-        ASSERT_EQ(paged_attention_block_units(kv, b.view(f), num_heads, &pool), units);
-        std::vector<float> one(q.size()), three(q.size());
-        paged_attention(q.data(), kv, b.view(f), num_heads, scale, one.data(), nullptr, ws);
-        paged_attention(q.data(), kv, b.view(f), num_heads, scale, three.data(), &pool, ws);
-        ASSERT_EQ(std::memcmp(one.data(), ref.data(), q.size() * 4), 0)
-            << isa_name(isa) << " group " << group << " hd " << hd;
-        ASSERT_EQ(std::memcmp(three.data(), ref.data(), q.size() * 4), 0)
-            << isa_name(isa) << " group " << group << " hd " << hd;
+  for (GgmlType dtype : {GgmlType::F32, GgmlType::F16}) {
+    for (int64_t hd : {32, 96, 256}) {
+      for (int64_t group : {1, 3, 4, 8}) {  // 8: TinyLlama's and Llama 3's query heads per kv head
+        const int64_t nkv = 2, num_heads = group * nkv;
+        Fixture f(dtype, nkv, hd, 16, {70, 65, 40, 33}, rng);
+        const Batch b = make_batch(f, {0, 60, 37, 32});
+        const std::vector<float> q = rng.vec(b.num_tokens() * num_heads * hd);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        std::vector<float> ref(q.size());
+        paged_attention_ref(q.data(), f.kv, b.view(f), num_heads, scale, ref.data());
+        for (Isa isa : usable_isas()) {
+          if (isa < Isa::kAvx2) continue;
+          KvLayerView kv = f.kv;
+          kv.isa = isa;
+          // 6 blocks (5 of the prefill, 1 of the 5-token chunk), + 1 for the 3-token chunk with 3 or
+          // 4 heads per kv head, + 1 for the decode token with 4; x 2 kv heads, >= 2 per thread.
+          const int64_t units = 2 * (6 + (group >= 3 ? 1 : 0) + (group >= 4 ? 1 : 0));
+          ASSERT_EQ(paged_attention_block_units(kv, b.view(f), num_heads, nullptr), units);
+          ASSERT_EQ(paged_attention_block_units(kv, b.view(f), num_heads, &pool), units);
+          std::vector<float> one(q.size()), three(q.size());
+          paged_attention(q.data(), kv, b.view(f), num_heads, scale, one.data(), nullptr, ws);
+          paged_attention(q.data(), kv, b.view(f), num_heads, scale, three.data(), &pool, ws);
+          ASSERT_EQ(std::memcmp(one.data(), ref.data(), q.size() * 4), 0)
+              << type_name(dtype) << " " << isa_name(isa) << " group " << group << " hd " << hd;
+          ASSERT_EQ(std::memcmp(three.data(), ref.data(), q.size() * 4), 0)
+              << type_name(dtype) << " " << isa_name(isa) << " group " << group << " hd " << hd;
+        }
       }
     }
   }
 }
 
 // Too few blocks to keep the threads busy (a 16-token chunk, one kv head, 3 threads: 1 unit)
-// falls back to one token at a time; the same bits as the reference either way. Not on a F16
-// cache, a head size that is no multiple of 32, with a sliding window, or for a decode token with
-// fewer than 4 query heads per kv head.
+// falls back to one token at a time; the same bits as the reference either way. Not for a head
+// size that is no multiple of 32, with a sliding window, or for a decode token with fewer than 4
+// query heads per kv head; an F16 cache as an F32 one.
 TEST(Attention, QueryBlocksOnlyWhereTheyPay) {
   Workspace ws;
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2: every token is attended alone";
@@ -374,7 +376,7 @@ TEST(Attention, QueryBlocksOnlyWhereTheyPay) {
   paged_attention(q.data(), f.kv, b.view(f), 4, 0.125f, fast.data(), &pool, ws);
   EXPECT_EQ(std::memcmp(fast.data(), ref.data(), q.size() * 4), 0);
   Fixture f16(GgmlType::F16, 2, 64, 16, {70}, rng);
-  EXPECT_EQ(paged_attention_block_units(f16.kv, make_batch(f16, {0}).view(f16), 4, nullptr), 0);
+  EXPECT_EQ(paged_attention_block_units(f16.kv, make_batch(f16, {0}).view(f16), 4, nullptr), 10);
   Fixture f40(GgmlType::F32, 2, 40, 16, {70}, rng);
   EXPECT_EQ(paged_attention_block_units(f40.kv, make_batch(f40, {0}).view(f40), 4, nullptr), 0);
   Fixture f64(GgmlType::F32, 2, 64, 16, {70}, rng);
@@ -390,9 +392,9 @@ TEST(Attention, QueryBlocksOnlyWhereTheyPay) {
   EXPECT_EQ(paged_attention_block_units(f64.kv, decode.view(f64), 8, nullptr), 2);
 }
 
-// The transposed key tile and its scores: each score equals avx2::dot_f32(key, q) times the scale,
-// bit for bit, with 1 to `lanes` keys (lanes past nk repeat the last key) and 1 or 2 queries, 8
-// lanes (AVX2) and 16 (AVX-512).
+// The transposed key tile and its scores: each score equals avx2::dot_f32(key, q) times the scale
+// (F16 keys: avx2::dot_f16), bit for bit, with 1 to `lanes` keys (lanes past nk repeat the last
+// key) and 1 or 2 queries, 8 lanes (AVX2) and 16 (AVX-512).
 TEST(Attention, KeyLaneScoresEqualPerKeyDot) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   Rng rng(29);
@@ -401,29 +403,38 @@ TEST(Attention, KeyLaneScoresEqualPerKeyDot) {
     for (int64_t hd : {32, 64, 128}) {
       const int64_t row = 3 * hd;
       const std::vector<float> keys = rng.vec(20 * row, -2.0f, 2.0f), q = rng.vec(2 * hd, -2.0f, 2.0f);
+      std::vector<uint16_t> keys16(keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) keys16[i] = fp32_to_fp16(keys[i]);
       for (int nk : {1, 7, lanes}) {
-        std::vector<int64_t> off(lanes);
-        for (int j = 0; j < lanes; ++j) off[j] = ((j * 7) % 20) * row + hd;  // scattered slots, kv head 1
-        alignas(64) float kt[128 * 16];
-        if (lanes == 16) {
-          avx512::transpose_keys16(keys.data(), off.data(), nk, hd, kt);
-        } else {
-          avx2::transpose_keys8(keys.data(), off.data(), nk, hd, kt);
-        }
-        for (int nq : {1, 2}) {
-          float s0[16], s1[16];
-          const float* qs[2] = {q.data(), q.data() + hd};
-          float* outs[2] = {s0, s1};
+        for (bool f16 : {false, true}) {
+          std::vector<int64_t> off(lanes);
+          for (int j = 0; j < lanes; ++j) off[j] = ((j * 7) % 20) * row + hd;  // scattered slots, kv head 1
+          alignas(64) float kt[128 * 16];
           if (lanes == 16) {
-            avx512::qk_scores_keys16(kt, hd, qs, nq, 0.3f, outs);
+            f16 ? avx512::transpose_keys16(keys16.data(), off.data(), nk, hd, kt)
+                : avx512::transpose_keys16(keys.data(), off.data(), nk, hd, kt);
           } else {
-            avx2::qk_scores_keys8(kt, hd, qs, nq, 0.3f, outs);
+            f16 ? avx2::transpose_keys8(keys16.data(), off.data(), nk, hd, kt)
+                : avx2::transpose_keys8(keys.data(), off.data(), nk, hd, kt);
           }
-          for (int i = 0; i < nq; ++i) {
-            for (int j = 0; j < lanes; ++j) {
-              const float want = avx2::dot_f32(keys.data() + off[std::min(j, nk - 1)], qs[i], hd) * 0.3f;
-              ASSERT_EQ(std::memcmp(&outs[i][j], &want, 4), 0)
-                  << "lanes " << lanes << " hd " << hd << " nk " << nk << " q " << i << " key " << j;
+          for (int nq : {1, 2}) {
+            float s0[16], s1[16];
+            const float* qs[2] = {q.data(), q.data() + hd};
+            float* outs[2] = {s0, s1};
+            if (lanes == 16) {
+              avx512::qk_scores_keys16(kt, hd, qs, nq, 0.3f, outs);
+            } else {
+              avx2::qk_scores_keys8(kt, hd, qs, nq, 0.3f, outs);
+            }
+            for (int i = 0; i < nq; ++i) {
+              for (int j = 0; j < lanes; ++j) {
+                const int64_t o = off[std::min(j, nk - 1)];
+                const float want =
+                    (f16 ? avx2::dot_f16(keys16.data() + o, qs[i], hd) : avx2::dot_f32(keys.data() + o, qs[i], hd)) *
+                    0.3f;
+                ASSERT_EQ(std::memcmp(&outs[i][j], &want, 4), 0) << "lanes " << lanes << " hd " << hd << " nk " << nk
+                                                                 << " q " << i << " key " << j << " f16 " << f16;
+              }
             }
           }
         }
@@ -488,6 +499,37 @@ TEST(Attention, PvMergeEqualsAccumulateThenRescale) {
           ASSERT_EQ(got1, old1) << "the second head's output changed";
         }
       }
+    }
+  }
+}
+
+// avx512::pv_accumulate_f32_pair / f16_pair (two heads' p . V sharing the loads of V) equal
+// avx2::pv_accumulate_f32 / f16 per head bit for bit: every head size they take, scattered slots.
+TEST(Attention, PvPairEqualsOneHeadAtATime) {
+  if (cpu_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  Rng rng(41);
+  for (int64_t hd : {32, 64, 96, 128}) {
+    ASSERT_TRUE(avx512::pv_pair_supported(hd));
+    const int64_t row = 2 * hd, n = 37;
+    const std::vector<float> v = rng.vec(50 * row, -2.0f, 2.0f);
+    std::vector<uint16_t> v16(v.size());
+    for (size_t i = 0; i < v.size(); ++i) v16[i] = fp32_to_fp16(v[i]);
+    std::vector<int64_t> off(n);
+    for (int64_t j = 0; j < n; ++j) off[j] = ((j * 13) % 50) * row + hd;  // kv head 1
+    const std::vector<float> a0 = rng.vec(n, 0.0f, 1.0f), a1 = rng.vec(n, 0.0f, 1.0f);
+    for (bool f16 : {false, true}) {
+      std::vector<float> got0(hd), got1(hd), want0(hd), want1(hd);
+      if (f16) {
+        avx512::pv_accumulate_f16_pair(v16.data(), off.data(), n, a0.data(), a1.data(), hd, got0.data(), got1.data());
+        avx2::pv_accumulate_f16(v16.data(), off.data(), n, a0.data(), hd, want0.data());
+        avx2::pv_accumulate_f16(v16.data(), off.data(), n, a1.data(), hd, want1.data());
+      } else {
+        avx512::pv_accumulate_f32_pair(v.data(), off.data(), n, a0.data(), a1.data(), hd, got0.data(), got1.data());
+        avx2::pv_accumulate_f32(v.data(), off.data(), n, a0.data(), hd, want0.data());
+        avx2::pv_accumulate_f32(v.data(), off.data(), n, a1.data(), hd, want1.data());
+      }
+      ASSERT_EQ(std::memcmp(got0.data(), want0.data(), hd * 4), 0) << "hd " << hd << " f16 " << f16;
+      ASSERT_EQ(std::memcmp(got1.data(), want1.data(), hd * 4), 0) << "hd " << hd << " f16 " << f16;
     }
   }
 }

@@ -16,12 +16,12 @@
 //
 // Every (token, head) pair is computed alone, keys in order 0..pos (first..pos with a sliding
 // window of w keys, first = max(0, pos - w + 1); tiles start at first); (token, kv head) units are
-// dealt to threads round-robin (causal rows differ in length). With AVX2, an F32 cache, head_dim
-// % 32 == 0 and no sliding window, a sequence whose tokens in the batch times the query heads per
-// kv head make >= 4 query rows (a prefill or a chunk; with GQA of 4 or more heads per kv head, a
-// single decode token too) runs in (block of 16 tokens, kv head) units instead, when there are at
-// least 2 of those per thread; their query rows share each key tile (run_query_block): the same
-// tiles and arithmetic per (token, head), so the same bits.
+// dealt to threads round-robin (causal rows differ in length). With AVX2, head_dim % 32 == 0 and
+// no sliding window (an F32 or F16 cache), a sequence whose tokens in the batch times the query
+// heads per kv head make >= 4 query rows (a prefill or a chunk; with GQA of 4 or more heads per kv
+// head, a single decode token too) runs in (block of 16 tokens, kv head) units instead, when there
+// are at least 2 of those per thread; their query rows share each key tile (run_query_block): the
+// same tiles and arithmetic per (token, head), so the same bits.
 #include <xmmintrin.h>  // _mm_prefetch
 
 #include <algorithm>
@@ -196,22 +196,34 @@ void online_tile(const KvLayerView& kv, const Problem& p, const int64_t* offsets
   if (!first) tile_merge<kSimd>(p.out, c, tmp, hd);
 }
 
-// Two query heads p0, p1 of one kv head, one tile, F32 cache: online_tile for each, the loads of V
-// shared (avx512::pv_accumulate_f32_pair with kv.isa >= kAvx512 and a head_dim it supports, else
-// avx2::pv_merge_f32, hd % 8 == 0; the same bits). tmp: [2 * head_dim].
+// Two query heads p0, p1 of one kv head, one tile: online_tile for each, the loads of V shared
+// (avx512::pv_accumulate_f32_pair / f16_pair with kv.isa >= kAvx512 and a head_dim it supports;
+// else for an F32 cache avx2::pv_merge_f32, hd % 8 == 0; the same bits). An F16 cache below
+// AVX-512 takes each head's online_tile p . V in turn. tmp: [2 * head_dim].
 void online_tile_pair(const KvLayerView& kv, const Problem& p0, const Problem& p1, const int64_t* offsets, int64_t j0,
                       int64_t j1, float* s0, float* s1, OnlineSoftmax& st0, OnlineSoftmax& st1, float* tmp) {
   const int64_t hd = kv.head_dim, n = j1 - j0;
   const bool first = j0 == p0.first;
   const float c[2] = {tile_softmax<true>(s0, n, first, st0), tile_softmax<true>(s1, n, first, st1)};
-  const auto* v = static_cast<const float*>(kv.v) + p0.kvh * hd;
-  if (kv.isa < Isa::kAvx512 || !avx512::pv_pair_supported(hd)) {
-    const float* a[2] = {s0, s1};
-    float* outs[2] = {p0.out, p1.out};
-    avx2::pv_merge_f32(v, offsets + j0, n, a, 2, hd, c, first, outs);
-    return;
+  const bool paired = kv.isa >= Isa::kAvx512 && avx512::pv_pair_supported(hd);
+  if (kv.dtype == GgmlType::F16) {
+    const auto* v = static_cast<const uint16_t*>(kv.v) + p0.kvh * hd;
+    if (paired) {
+      avx512::pv_accumulate_f16_pair(v, offsets + j0, n, s0, s1, hd, first ? p0.out : tmp, first ? p1.out : tmp + hd);
+    } else {
+      avx2::pv_accumulate_f16(v, offsets + j0, n, s0, hd, first ? p0.out : tmp);
+      avx2::pv_accumulate_f16(v, offsets + j0, n, s1, hd, first ? p1.out : tmp + hd);
+    }
+  } else {
+    const auto* v = static_cast<const float*>(kv.v) + p0.kvh * hd;
+    if (!paired) {
+      const float* a[2] = {s0, s1};
+      float* outs[2] = {p0.out, p1.out};
+      avx2::pv_merge_f32(v, offsets + j0, n, a, 2, hd, c, first, outs);
+      return;
+    }
+    avx512::pv_accumulate_f32_pair(v, offsets + j0, n, s0, s1, hd, first ? p0.out : tmp, first ? p1.out : tmp + hd);
   }
-  avx512::pv_accumulate_f32_pair(v, offsets + j0, n, s0, s1, hd, first ? p0.out : tmp, first ? p1.out : tmp + hd);
   if (!first) {
     tile_merge<true>(p0.out, c[0], tmp, hd);
     tile_merge<true>(p1.out, c[1], tmp + hd, hd);
@@ -236,16 +248,29 @@ void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
 //   then the next chunk's keys into L1: 1.041-1.044x more (two chunks ahead 1.039-1.043x), with
 //   PAGELLM_NO_AVX512=1 1.097-1.103x; the values of the tile's chunk into L1 as well: 0.993x.
 template <bool kKeysL1>
-void prefetch_kv_rows(const float* k, const float* v, const int64_t* offsets, int64_t j0, int64_t j1, int64_t hd) {
+// k, v: kv head g's first element in the cache; eb: bytes per element.
+void prefetch_kv_rows(const uint8_t* k, const uint8_t* v, int64_t eb, const int64_t* offsets, int64_t j0, int64_t j1,
+                      int64_t hd) {
   for (int64_t j = j0; j < j1; ++j) {
-    for (int64_t e = 0; e < hd; e += 16) {  // one cache line of 16 floats
+    for (int64_t e = 0; e < hd * eb; e += 64) {  // one cache line
       if constexpr (kKeysL1) {
-        _mm_prefetch(reinterpret_cast<const char*>(k + offsets[j] + e), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(k + offsets[j] * eb + e), _MM_HINT_T0);
       } else {
-        _mm_prefetch(reinterpret_cast<const char*>(k + offsets[j] + e), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(v + offsets[j] + e), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(k + offsets[j] * eb + e), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(v + offsets[j] * eb + e), _MM_HINT_T1);
       }
     }
+  }
+}
+
+// The keys j < nk at k + off[j] transposed into kt (avx512::transpose_keys16 when wide, else
+// avx2::transpose_keys8). T: float or uint16_t (F16 cache).
+template <class T>
+void transpose_keys(const T* k, bool wide, const int64_t* off, int nk, int64_t hd, float* kt) {
+  if (wide) {
+    avx512::transpose_keys16(k, off, nk, hd, kt);
+  } else {
+    avx2::transpose_keys8(k, off, nk, hd, kt);
   }
 }
 
@@ -257,12 +282,12 @@ struct BlockScratch {
 };
 
 // Tokens [ta, tb) of one sequence (no sliding window, so every token's tiles start at key 0) x
-// the query heads of kv head g, F32 cache, head_dim % 32 == 0: for each key tile, its keys are
-// transposed once, `lanes` keys per vector (16 on AVX-512, 8 on AVX2), and scored against every
-// query of the block (qk_scores_keys16 / 8: the bits of avx2::dot_f32 per key, as the per-token
-// path), then each (token, head) takes the tile exactly as the per-token path does (online_tile,
-// or online_tile_pair for two heads; same order of tiles): the same bits, with each key loaded
-// once per block instead of once per token and head (pair).
+// the query heads of kv head g, head_dim % 32 == 0: for each key tile, its keys are transposed
+// once (an F16 cache's converted to f32), `lanes` keys per vector (16 on AVX-512, 8 on AVX2), and
+// scored against every query of the block (qk_scores_keys16 / 8: the bits of avx2::dot_f32, or
+// dot_f16, per key, as the per-token path), then each (token, head) takes the tile exactly as the
+// per-token path does (online_tile, or online_tile_pair for two heads; same order of tiles): the
+// same bits, with each key loaded once per block instead of once per token and head (pair).
 // offsets: [max position + 1] scratch; scores: [2 * kKeyTile]; tmp: [2 * head_dim].
 void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch& b, const int32_t* table, int64_t ta,
                      int64_t tb, int64_t g, int64_t num_heads, float scale, float* out, int64_t* offsets, float* scores,
@@ -270,9 +295,11 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
   const int64_t hd = kv.head_dim, row = kv.num_kv_heads * hd, group = num_heads / kv.num_kv_heads;
   const bool wide = kv.isa >= Isa::kAvx512;
   const int64_t lanes = wide ? 16 : 8;
-  // (hd % 32 == 0 here, so every ISA shares the loads of V between a pair of heads)
-  const auto* k32 = static_cast<const float*>(kv.k) + g * hd;
-  const auto* v32 = static_cast<const float*>(kv.v) + g * hd;
+  // (hd % 32 == 0 here, so every ISA but AVX2 with an F16 cache shares the loads of V between a
+  // pair of heads: online_tile_pair)
+  const int64_t eb = elem_bytes(kv.dtype);
+  const uint8_t* const kg = static_cast<const uint8_t*>(kv.k) + g * hd * eb;  // kv head g's keys, values
+  const uint8_t* const vg = static_cast<const uint8_t*>(kv.v) + g * hd * eb;
   int64_t max_n = 0;
   for (int64_t t = ta; t < tb; ++t) max_n = std::max(max_n, b.positions[t] + 1);
   for (int64_t j = 0; j < max_n; ++j) offsets[j] = slot_of(kv, table, j) * row;
@@ -286,13 +313,14 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
       const int nk = static_cast<int>(std::min(lanes, j1 - j0 - lanes * c));
       float* kt = bs.kt + c * lanes * hd;
       const int64_t ahead = std::min(max_n, j0 + kKeyTile + lanes * c);  // chunk c of the next tile
-      prefetch_kv_rows<false>(k32, v32, offsets, ahead, std::min(max_n, ahead + lanes), hd);
+      prefetch_kv_rows<false>(kg, vg, eb, offsets, ahead, std::min(max_n, ahead + lanes), hd);
       const int64_t next = std::min(max_n, j0 + lanes * (c + 1));  // the next chunk
-      prefetch_kv_rows<true>(k32, v32, offsets, next, std::min(max_n, next + lanes), hd);
-      if (wide) {
-        avx512::transpose_keys16(k32, offsets + j0 + lanes * c, nk, hd, kt);
+      prefetch_kv_rows<true>(kg, vg, eb, offsets, next, std::min(max_n, next + lanes), hd);
+      const int64_t* off = offsets + j0 + lanes * c;
+      if (kv.dtype == GgmlType::F16) {
+        transpose_keys(reinterpret_cast<const uint16_t*>(kg), wide, off, nk, hd, kt);
       } else {
-        avx2::transpose_keys8(k32, offsets + j0 + lanes * c, nk, hd, kt);
+        transpose_keys(reinterpret_cast<const float*>(kg), wide, off, nk, hd, kt);
       }
     }
     for (int64_t t = ta; t < tb; ++t) {
@@ -332,12 +360,12 @@ void run_query_block(const float* q, const KvLayerView& kv, const AttentionBatch
 
 // The (block, kv head) units of run_query_block for this batch on `max_threads` threads: the
 // sequences with >= kMinBlockRows query rows here (tokens x `group` heads per kv head), in blocks
-// of kQueryBlock, when the cache is F32
-// on AVX2 or wider kernels, head_dim % 32 == 0 and there is no sliding window (every token's
-// tiles start at key 0); 0 unless there are at least 2 units per thread (a short chunk of a model
-// with one kv head would be a single unit, one busy thread). The batch is checked already.
+// of kQueryBlock, on AVX2 or wider kernels (an F32 or F16 cache), head_dim % 32 == 0 and no
+// sliding window (every token's tiles start at key 0); 0 unless there are at least 2 units per
+// thread (a short chunk of a model with one kv head would be a single unit, one busy thread). The
+// batch is checked already.
 int64_t query_block_units(const KvLayerView& kv, const AttentionBatch& b, int64_t group, int max_threads) {
-  if (kv.isa < Isa::kAvx2 || kv.dtype != GgmlType::F32 || kv.head_dim % 32 != 0 || b.sliding_window != 0) return 0;
+  if (kv.isa < Isa::kAvx2 || kv.head_dim % 32 != 0 || b.sliding_window != 0) return 0;
   int64_t blocks = 0;
   for (int64_t s = 0; s < b.num_seqs; ++s) {
     const int64_t len = b.query_start_loc[s + 1] - b.query_start_loc[s];

@@ -290,13 +290,23 @@ void qk_keys8_hd(const float* kt, int64_t hd, const float* const* q, float scale
 
 }  // namespace
 
-void transpose_keys8(const float* k, const int64_t* off, int nk, int64_t hd, float* kt) {
+namespace {
+template <class Load>
+void transpose_keys8_impl(const typename Load::T* k, const int64_t* off, int nk, int64_t hd, float* kt) {
   for (int64_t e0 = 0; e0 < hd; e0 += 8) {
     __m256 r[8];
-    for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(k + off[j < nk ? j : nk - 1] + e0);
+    for (int j = 0; j < 8; ++j) r[j] = Load::load8(k + off[j < nk ? j : nk - 1] + e0);
     simd::transpose8(r);
     for (int e = 0; e < 8; ++e) _mm256_store_ps(kt + (e0 + e) * 8, r[e]);
   }
+}
+}  // namespace
+
+void transpose_keys8(const float* k, const int64_t* off, int nk, int64_t hd, float* kt) {
+  transpose_keys8_impl<simd::F32Load>(k, off, nk, hd, kt);
+}
+void transpose_keys8(const uint16_t* k, const int64_t* off, int nk, int64_t hd, float* kt) {
+  transpose_keys8_impl<simd::F16Load>(k, off, nk, hd, kt);
 }
 
 void qk_scores_keys8(const float* kt, int64_t hd, const float* const* q, int nq, float scale, float* const* out) {

@@ -10,7 +10,8 @@
 // 4 R accumulators in registers and loads each key vector once for both heads. A tile of 4 keys
 // reduces its 8 outputs together (reduce_4x2: the same additions, 8 outputs per instruction).
 // p . V for two heads shares each load of a V row (pv_pair: per lane the FMA chain of
-// avx2::pv_accumulate_f32).
+// avx2::pv_accumulate_f32). An F16 cache's keys and values become f32 as they are loaded (exactly),
+// so its transposed key tiles and paired p . V give avx2::dot_f16's and pv_accumulate_f16's bits.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -105,18 +106,23 @@ void qk_tile(const float* k, int64_t ks, const float* q, int64_t n, float* out) 
   }
 }
 
+// 16 elements of a row as f32 (an F16 cache's halves converted exactly).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // Lanes of zmm i hold elements 16 i .. 16 i + 15: each lane runs avx2::pv_regs' FMA sequence.
-template <int kVec>
-void pv_pair(const float* v, const int64_t* off, int64_t n, const float* a0, const float* a1, float* out0,
-             float* out1) {
+template <int kVec, class T>
+void pv_pair(const T* v, const int64_t* off, int64_t n, const float* a0, const float* a1, float* out0, float* out1) {
   __m512 acc0[kVec], acc1[kVec];
   for (int i = 0; i < kVec; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     const __m512 va0 = _mm512_set1_ps(a0[j]), va1 = _mm512_set1_ps(a1[j]);
-    const float* vj = v + off[j];
+    const T* vj = v + off[j];
 #pragma GCC unroll 8
     for (int i = 0; i < kVec; ++i) {
-      const __m512 x = _mm512_loadu_ps(vj + 16 * i);
+      const __m512 x = load16(vj + 16 * i);
       acc0[i] = _mm512_fmadd_ps(va0, x, acc0[i]);
       acc1[i] = _mm512_fmadd_ps(va1, x, acc1[i]);
     }
@@ -193,15 +199,35 @@ void qk_keys16(const float* kt, int64_t hd, const float* const* q, float scale, 
   }
 }
 
-}  // namespace
-
-void transpose_keys16(const float* k, const int64_t* off, int nk, int64_t hd, float* kt) {
+template <class T>
+void transpose_keys(const T* k, const int64_t* off, int nk, int64_t hd, float* kt) {
   for (int64_t e0 = 0; e0 < hd; e0 += 16) {
     __m512 r[16];
-    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(k + off[j < nk ? j : nk - 1] + e0);
+    for (int j = 0; j < 16; ++j) r[j] = load16(k + off[j < nk ? j : nk - 1] + e0);
     transpose16(r);
     for (int e = 0; e < 16; ++e) _mm512_store_ps(kt + (e0 + e) * 16, r[e]);
   }
+}
+
+template <class T>
+void pv_pairs(const T* v, const int64_t* off, int64_t n, const float* a0, const float* a1, int64_t hd, float* out0,
+              float* out1) {
+  switch (hd) {
+    case 32: return pv_pair<2>(v, off, n, a0, a1, out0, out1);
+    case 64: return pv_pair<4>(v, off, n, a0, a1, out0, out1);
+    case 96: return pv_pair<6>(v, off, n, a0, a1, out0, out1);
+    case 128: return pv_pair<8>(v, off, n, a0, a1, out0, out1);
+    default: PAGELLM_CHECK(false, "pv_accumulate pair: head_dim " + std::to_string(hd));
+  }
+}
+
+}  // namespace
+
+void transpose_keys16(const float* k, const int64_t* off, int nk, int64_t hd, float* kt) {
+  transpose_keys(k, off, nk, hd, kt);
+}
+void transpose_keys16(const uint16_t* k, const int64_t* off, int nk, int64_t hd, float* kt) {
+  transpose_keys(k, off, nk, hd, kt);
 }
 
 void qk_scores_keys16(const float* kt, int64_t hd, const float* const* q, int nq, float scale, float* const* out) {
@@ -214,13 +240,11 @@ bool pv_pair_supported(int64_t hd) { return hd == 32 || hd == 64 || hd == 96 || 
 
 void pv_accumulate_f32_pair(const float* v, const int64_t* off, int64_t n, const float* a0, const float* a1, int64_t hd,
                             float* out0, float* out1) {
-  switch (hd) {
-    case 32: return pv_pair<2>(v, off, n, a0, a1, out0, out1);
-    case 64: return pv_pair<4>(v, off, n, a0, a1, out0, out1);
-    case 96: return pv_pair<6>(v, off, n, a0, a1, out0, out1);
-    case 128: return pv_pair<8>(v, off, n, a0, a1, out0, out1);
-    default: PAGELLM_CHECK(false, "pv_accumulate_f32_pair: head_dim " + std::to_string(hd));
-  }
+  pv_pairs(v, off, n, a0, a1, hd, out0, out1);
+}
+void pv_accumulate_f16_pair(const uint16_t* v, const int64_t* off, int64_t n, const float* a0, const float* a1,
+                            int64_t hd, float* out0, float* out1) {
+  pv_pairs(v, off, n, a0, a1, hd, out0, out1);
 }
 
 void qk_f32_pair_tile(const float* k, int64_t k_stride, int r, const float* q, int64_t n, float* out) {

@@ -38,7 +38,9 @@ void qk_f32_pair_tile(const float* k, int64_t k_stride, int r, const float* q, i
 // repeat key nk - 1. qk_scores_keys16: out[i][j] = (q_i . key j) * scale for the nq in {1, 2}
 // query rows q[i] (hd elements; hd % 32 == 0) and j < 16, each dot bit-identical to
 // avx2::dot_f32(key j, q_i, hd).
+// An F16 cache (uint16_t keys): kt holds them converted to f32, the scores avx2::dot_f16's bits.
 void transpose_keys16(const float* k, const int64_t* off, int nk, int64_t hd, float* kt);
+void transpose_keys16(const uint16_t* k, const int64_t* off, int nk, int64_t hd, float* kt);
 void qk_scores_keys16(const float* kt, int64_t hd, const float* const* q, int nq, float scale, float* const* out);
 // Two heads' avx2::pv_accumulate_f32 sharing the loads of V: out0 from weights a0, out1 from a1,
 // each bit-identical to avx2::pv_accumulate_f32(v, off, n, a_h, hd, out_h). hd in {32, 64, 96,
@@ -46,5 +48,8 @@ void qk_scores_keys16(const float* kt, int64_t hd, const float* const* q, int nq
 bool pv_pair_supported(int64_t hd);
 void pv_accumulate_f32_pair(const float* v, const int64_t* off, int64_t n, const float* a0, const float* a1, int64_t hd,
                             float* out0, float* out1);
+// The same for an F16 cache: out_h bit-identical to avx2::pv_accumulate_f16(v, off, n, a_h, hd, out_h).
+void pv_accumulate_f16_pair(const uint16_t* v, const int64_t* off, int64_t n, const float* a0, const float* a1,
+                            int64_t hd, float* out0, float* out1);
 
 }  // namespace pagellm::kernels::avx512

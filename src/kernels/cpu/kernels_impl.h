@@ -148,8 +148,10 @@ void pv_merge_f32(const float* v, const int64_t* off, int64_t n, const float* co
 // lanes): transpose_keys8 puts keys j < nk (1 <= nk <= 8, row j at k + off[j]; hd % 8 == 0) into
 // kt [hd, 8] f32 (32-byte aligned), lanes j >= nk repeating key nk - 1; qk_scores_keys8 gives
 // out[i][j] = (q_i . key j) * scale for nq in {1, 2} queries and j < 8, each dot bit-identical
-// to dot_f32(key j, q_i, hd); hd % 32 == 0.
+// to dot_f32(key j, q_i, hd); hd % 32 == 0. An F16 cache (uint16_t keys): kt holds them
+// converted to f32, each score dot_f16's bits.
 void transpose_keys8(const float* k, const int64_t* off, int nk, int64_t hd, float* kt);
+void transpose_keys8(const uint16_t* k, const int64_t* off, int nk, int64_t hd, float* kt);
 void qk_scores_keys8(const float* kt, int64_t hd, const float* const* q, int nq, float scale, float* const* out);
 // ref::softmax_tile, bit for bit (attention_avx2.cc).
 float softmax_tile(float* s, int64_t n, float m_in, double* sum);
