@@ -247,8 +247,8 @@ void online_finish(const Problem& p, int64_t hd, const OnlineSoftmax& st) {
 //   burst into L1; with PAGELLM_NO_AVX512=1 (8-key chunks) 1.078-1.084x;
 //   then the next chunk's keys into L1: 1.041-1.044x more (two chunks ahead 1.039-1.043x), with
 //   PAGELLM_NO_AVX512=1 1.097-1.103x; the values of the tile's chunk into L1 as well: 0.993x.
-template <bool kKeysL1>
 // k, v: kv head g's first element in the cache; eb: bytes per element.
+template <bool kKeysL1>
 void prefetch_kv_rows(const uint8_t* k, const uint8_t* v, int64_t eb, const int64_t* offsets, int64_t j0, int64_t j1,
                       int64_t hd) {
   for (int64_t j = j0; j < j1; ++j) {

@@ -288,9 +288,6 @@ void qk_keys8_hd(const float* kt, int64_t hd, const float* const* q, float scale
   }
 }
 
-}  // namespace
-
-namespace {
 template <class Load>
 void transpose_keys8_impl(const typename Load::T* k, const int64_t* off, int nk, int64_t hd, float* kt) {
   for (int64_t e0 = 0; e0 < hd; e0 += 8) {
@@ -300,6 +297,7 @@ void transpose_keys8_impl(const typename Load::T* k, const int64_t* off, int nk,
     for (int e = 0; e < 8; ++e) _mm256_store_ps(kt + (e0 + e) * 8, r[e]);
   }
 }
+
 }  // namespace
 
 void transpose_keys8(const float* k, const int64_t* off, int nk, int64_t hd, float* kt) {
